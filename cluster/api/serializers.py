@@ -1,0 +1,78 @@
+from django.utils.translation import gettext_lazy as _
+from rest_framework import serializers
+
+from cluster.models import Gpu, GpuModel, Node
+from cluster.units import WHOLE_GPU_SHARE
+
+
+class GpuModelSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = GpuModel
+        fields = ["id", "name", "short_name", "memory_mib"]
+
+
+class GpuSerializer(serializers.ModelSerializer):
+    node = serializers.SlugRelatedField(slug_field="hostname", queryset=Node.objects.all())
+    model = serializers.SlugRelatedField(slug_field="short_name", queryset=GpuModel.objects.all())
+    mig_parent = serializers.SlugRelatedField(
+        slug_field="uuid", queryset=Gpu.objects.filter(mig_parent__isnull=True), required=False, allow_null=True
+    )
+    fraction = serializers.SerializerMethodField(help_text=_("Share of a whole GPU, as a fraction string (e.g. '1/7')."))
+
+    class Meta:
+        model = Gpu
+        fields = [
+            "id", "node", "index", "uuid", "model", "memory_mib", "status",
+            "mig_parent", "mig_profile", "share", "fraction", "pci_bus_id",
+        ]
+
+    def get_fraction(self, gpu) -> str:
+        return str(gpu.fraction)
+
+    def validate(self, attrs):
+        mig_parent = attrs.get("mig_parent", getattr(self.instance, "mig_parent", None))
+        share = attrs.get("share", getattr(self.instance, "share", WHOLE_GPU_SHARE))
+        if mig_parent is None and share != WHOLE_GPU_SHARE:
+            raise serializers.ValidationError(
+                {"share": _("Only a MIG instance (with mig_parent) may hold less than a whole GPU (840000).")}
+            )
+        node = attrs.get("node", getattr(self.instance, "node", None))
+        if mig_parent is not None and node is not None and mig_parent.node_id != node.pk:
+            raise serializers.ValidationError({"mig_parent": _("A MIG instance must be on its parent GPU's node.")})
+        return attrs
+
+
+class NodeGpuSerializer(serializers.ModelSerializer):
+    model = serializers.CharField(source="model.short_name", read_only=True)
+
+    class Meta:
+        model = Gpu
+        fields = ["id", "index", "uuid", "model", "memory_mib", "status"]
+
+
+class NodeSerializer(serializers.ModelSerializer):
+    gpus = NodeGpuSerializer(source="whole_gpus", many=True, read_only=True)
+    agent_token = serializers.CharField(
+        write_only=True, required=False, allow_blank=True, min_length=16, max_length=512,
+        style={"input_type": "password"},
+        help_text=_("Bearer token for the node's agent. Write-only: stored encrypted, never returned."),
+    )
+    has_agent_token = serializers.SerializerMethodField()
+
+    class Meta:
+        model = Node
+        fields = [
+            "id", "hostname", "pool", "labels", "agent_url", "agent_token", "has_agent_token",
+            "status", "last_seen_at", "gpus",
+        ]
+        read_only_fields = ["last_seen_at"]
+
+    def get_has_agent_token(self, node) -> bool:
+        return bool(node.agent_token)
+
+    def validate_labels(self, labels):
+        if not isinstance(labels, dict) or not all(
+            isinstance(k, str) and isinstance(v, str | int | float | bool) for k, v in labels.items()
+        ):
+            raise serializers.ValidationError(_("Labels must be an object of string keys to scalar values."))
+        return labels

@@ -1,0 +1,119 @@
+"""``make demo``: one process that supervises the whole local Cardhour.
+
+Starts the embedded PostgreSQL and Redis (config/embedded.py), migrates, loads the demo data, then runs
+the web server (gunicorn), a Celery worker for every queue and Celery beat as child processes. Prints
+the URL and the demo logins, and on Ctrl-C (or when any child dies) stops every child and then the
+embedded servers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+from config.embedded import BASE_DIR, VAR_DIR, local_environment
+
+DEMO_DEFAULTS = {
+    "DJANGO_SETTINGS_MODULE": "config.settings",
+    "CARDHOUR_BUSINESS_TIME_ZONE": "Asia/Shanghai",
+    "EMAIL_BACKEND": "django.core.mail.backends.console.EmailBackend",
+    "PYTHONUNBUFFERED": "1",
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m config.launcher", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--host", default=os.environ.get("HOST", "127.0.0.1"), help="address to serve on")
+    parser.add_argument("--port", type=int, default=int(os.environ.get("PORT", "8000")), help="web port (8000)")
+    parser.add_argument("--no-load", action="store_true", help="skip loading the demo data set")
+    args = parser.parse_args(argv)
+
+    if _port_taken(args.host, args.port):
+        print(f"Port {args.port} on {args.host} is in use: stop what holds it or run `make demo PORT=8001`.")
+        return 2
+    for key, value in DEMO_DEFAULTS.items():
+        os.environ.setdefault(key, value)
+    print("Starting the embedded services (PostgreSQL, Redis) under var/demo …", flush=True)
+    os.environ.update(local_environment("demo"))
+    os.environ.setdefault("ALLOWED_HOSTS", f"{args.host},localhost,127.0.0.1")
+
+    manage = [sys.executable, str(BASE_DIR / "manage.py")]
+    subprocess.run([*manage, "migrate", "--noinput", "-v", "0"], check=True)
+    subprocess.run([*manage, "collectstatic", "--noinput", "-v", "0"], check=True)
+    if not args.no_load:
+        subprocess.run([*manage, "load_demo"], check=True)
+
+    state = VAR_DIR / "demo"
+    children = {
+        "web": [
+            sys.executable, "-m", "gunicorn", "config.wsgi", "--bind", f"{args.host}:{args.port}",
+            "--workers", "2", "--threads", "4", "--access-logfile", "-", "--graceful-timeout", "5",
+        ],
+        "worker": [
+            sys.executable, "-m", "celery", "-A", "config", "worker", "-Q", "collect,rollup,default",
+            "--concurrency", "2", "--loglevel", "INFO", "-n", "demo@%h",
+        ],
+        "beat": [
+            sys.executable, "-m", "celery", "-A", "config", "beat", "--loglevel", "INFO",
+            "--schedule", str(state / "celerybeat-schedule"), "--pidfile", "",
+        ],
+    }
+    processes = {name: subprocess.Popen(cmd, cwd=BASE_DIR, start_new_session=True) for name, cmd in children.items()}
+    stopping = False
+
+    def stop(*_args):
+        nonlocal stopping
+        stopping = True
+
+    signal.signal(signal.SIGINT, stop)
+    signal.signal(signal.SIGTERM, stop)
+    _wait_for_port(args.host, args.port, processes["web"])
+    print(
+        f"\nCardhour is running at http://{args.host}:{args.port}/  (Ctrl-C stops everything)\n"
+        "Logins are printed above (password 'cardhour-demo' for all).\n",
+        flush=True,
+    )
+    exit_code = 0
+    while not stopping:
+        for name, process in processes.items():
+            if process.poll() is not None:
+                print(f"{name} exited with code {process.returncode}; stopping the demo.", flush=True)
+                exit_code, stopping = 1, True
+                break
+        time.sleep(0.5)
+    _stop_all(processes)
+    print("Stopped web, worker and beat; stopping PostgreSQL and Redis.", flush=True)
+    return exit_code
+
+
+def _stop_all(processes: dict[str, subprocess.Popen], timeout_s: float = 15.0) -> None:
+    for process in processes.values():
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout_s
+    for process in processes.values():
+        try:
+            process.wait(timeout=max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+
+
+def _port_taken(host: str, port: int) -> bool:
+    with socket.socket() as sock:
+        return sock.connect_ex((host, port)) == 0
+
+
+def _wait_for_port(host: str, port: int, process: subprocess.Popen, timeout_s: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline and process.poll() is None and not _port_taken(host, port):
+        time.sleep(0.2)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

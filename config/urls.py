@@ -1,0 +1,18 @@
+from django.contrib import admin
+from django.urls import include, path
+from django.views.generic import RedirectView
+from drf_spectacular.views import SpectacularAPIView
+
+from accounting import views as accounting_views
+
+urlpatterns = [
+    path("", RedirectView.as_view(pattern_name="cluster:inventory", permanent=False)),
+    path("accounts/login/", accounting_views.LoginView.as_view(), name="login"),
+    path("accounts/logout/", accounting_views.LogoutView.as_view(), name="logout"),
+    path("i18n/", include("django.conf.urls.i18n")),
+    path("admin/", admin.site.urls),
+    path("", include("cluster.urls")),
+    path("", include("accounting.urls")),
+    path("api/v1/schema/", SpectacularAPIView.as_view(), name="api-schema"),
+    path("api/v1/", include("config.api_urls")),
+]
