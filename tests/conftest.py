@@ -1,5 +1,6 @@
 """The small shared cast: two teams (A and B), a lead and an engineer in each, admin and finance."""
 
+import os
 from datetime import UTC, datetime
 
 import pytest
@@ -12,6 +13,23 @@ from cluster.models import Gpu, GpuModel, Node
 
 T0 = datetime(2026, 11, 2, 0, 0, tzinfo=UTC)  # the fixed time zero of tests
 PASSWORD = "correct horse battery staple"
+
+
+@pytest.fixture(scope="session")
+def django_db_modify_db_settings(django_db_modify_db_settings_parallel_suffix):
+    """A test database per test process, so two suites on one server (a developer's and a helper's,
+    or xdist workers) never drop each other's database. Worker subprocesses read the name from
+    ``connection.settings_dict``."""
+    from django.conf import settings as django_settings
+
+    test = django_settings.DATABASES["default"].setdefault("TEST", {})
+    test.setdefault("NAME", f"test_cardhour_{os.getpid()}")
+
+
+@pytest.fixture(autouse=True)
+def fast_password_hashing(settings):
+    """PBKDF2's million rounds cost ~0.3 s a user; tests need the check, not the cost."""
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 
 
 @pytest.fixture

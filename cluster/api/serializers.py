@@ -25,6 +25,9 @@ class GpuSerializer(serializers.ModelSerializer):
             "id", "node", "index", "uuid", "model", "memory_mib", "status",
             "mig_parent", "mig_profile", "share", "fraction", "pci_bus_id",
         ]
+        # (node, index) is unique among whole GPUs only; checked in validate() since DRF's generated
+        # validator would make mig_parent a required field.
+        validators = []
 
     def get_fraction(self, gpu) -> str:
         return str(gpu.fraction)
@@ -39,6 +42,14 @@ class GpuSerializer(serializers.ModelSerializer):
         node = attrs.get("node", getattr(self.instance, "node", None))
         if mig_parent is not None and node is not None and mig_parent.node_id != node.pk:
             raise serializers.ValidationError({"mig_parent": _("A MIG instance must be on its parent GPU's node.")})
+        index = attrs.get("index", getattr(self.instance, "index", None))
+        if mig_parent is None and node is not None:
+            clash = Gpu.objects.filter(node=node, index=index, mig_parent__isnull=True)
+            if self.instance is not None:
+                clash = clash.exclude(pk=self.instance.pk)
+            if clash.exists():
+                raise serializers.ValidationError({"index": _("Node %(node)s already has a GPU %(index)s.") % {
+                    "node": node.hostname, "index": index}})
         return attrs
 
 

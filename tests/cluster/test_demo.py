@@ -1,0 +1,99 @@
+"""`make demo`: the demo data set, and the launcher serving it end to end."""
+
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from http.cookiejar import CookieJar
+
+import pytest
+from django.contrib.auth import authenticate
+
+from accounting.models import Membership, Team
+from accounting.roles import TeamRole, is_admin, is_finance
+from cluster.demo import DEMO_PASSWORD, load_demo
+from cluster.models import Gpu, GpuModel, Node
+from config.embedded import BASE_DIR
+
+
+@pytest.mark.django_db
+def test_the_demo_data_has_a_cluster_and_every_role_and_loads_twice_unchanged():
+    load_demo()
+    counts = (Node.objects.count(), Gpu.objects.count(), Team.objects.count(), Membership.objects.count())
+    load_demo()
+    assert (Node.objects.count(), Gpu.objects.count(), Team.objects.count(), Membership.objects.count()) == counts
+    whole = Gpu.objects.filter(mig_parent__isnull=True)
+    assert Node.objects.count() >= 8
+    assert all(node.gpus.filter(mig_parent__isnull=True).count() == 8 for node in Node.objects.all())
+    assert 2 <= GpuModel.objects.filter(gpus__in=whole).distinct().count() <= 3
+    assert Gpu.objects.filter(mig_parent__isnull=False).count() == 4  # the H100 capture's MIG layout
+    users = {name: authenticate(username=name, password=DEMO_PASSWORD) for name in ["admin", "finance", "lead-llm", "eng-llm"]}
+    assert all(users.values()), "every demo login works with the printed password"
+    assert is_admin(users["admin"]) and is_finance(users["finance"])
+    assert Membership.objects.get(user=users["lead-llm"]).role == TeamRole.LEAD
+    assert Membership.objects.get(user=users["eng-llm"]).role == TeamRole.ENGINEER
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.mark.celery_worker
+def test_the_launcher_serves_the_pages_with_demo_logins_and_stops_cleanly():
+    """What `make demo` runs, on the embedded servers (even in CI), on a spare port and state folder."""
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if k not in {"DATABASE_URL", "REDIS_URL", "SECRET_KEY", "FIELD_ENCRYPTION_KEY"}}
+    state = f"test-launcher-{os.getpid()}"
+    launcher = subprocess.Popen(
+        [sys.executable, "-m", "config.launcher", "--port", str(port), "--state", state],
+        cwd=BASE_DIR, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        start_new_session=True,
+    )
+    output = []
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            line = launcher.stdout.readline()
+            if not line and launcher.poll() is not None:
+                break
+            output.append(line)
+            if "Cardhour is running at" in line:
+                break
+        text = "".join(output)
+        assert f"http://127.0.0.1:{port}/" in text, text[-3000:]
+        assert re.search(r"lead-llm\s+lead of llm", text)
+
+        opener = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(CookieJar()))
+        login_page = opener.open(f"http://127.0.0.1:{port}/accounts/login/").read().decode()
+        csrf = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', login_page).group(1)
+        form = urllib.parse.urlencode(
+            {"username": "lead-llm", "password": DEMO_PASSWORD, "csrfmiddlewaretoken": csrf, "next": "/inventory/"}
+        ).encode()
+        request = urllib.request.Request(
+            f"http://127.0.0.1:{port}/accounts/login/", data=form, headers={"Referer": f"http://127.0.0.1:{port}/"}
+        )
+        inventory = opener.open(request).read().decode()
+        assert "gpu-h200-01" in inventory
+        assert "cardhour.css" in inventory
+        css = opener.open(f"http://127.0.0.1:{port}/static/css/cardhour.css")
+        assert css.status == 200
+    finally:
+        os.killpg(launcher.pid, signal.SIGINT)
+        try:
+            rest, _ = launcher.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            os.killpg(launcher.pid, signal.SIGKILL)
+            rest, _ = launcher.communicate()
+    assert launcher.returncode == 0, rest[-3000:]
+    assert "stopping PostgreSQL and Redis" in rest
+    state_dir = BASE_DIR / "var" / state
+    assert not (state_dir / "pgdata" / "postmaster.pid").exists()
+    assert not (state_dir / "redis" / "redis.sock").exists()
+    shutil.rmtree(state_dir, ignore_errors=True)
