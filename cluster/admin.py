@@ -1,5 +1,6 @@
 from django import forms
 from django.contrib import admin
+from django.db import models
 from django.utils.translation import gettext_lazy as _
 
 from cluster.models import Gpu, GpuModel, Node
@@ -11,9 +12,15 @@ class GpuModelAdmin(admin.ModelAdmin):
     search_fields = ["name", "short_name"]
 
 
+def _formfield(field, **kwargs):
+    # Agent URLs on a cluster network are plain http; also silences Django 6's https-default warning.
+    if isinstance(field, models.URLField):
+        kwargs.setdefault("assume_scheme", "http")
+    return field.formfield(**kwargs)
+
+
 class NodeAdminForm(forms.ModelForm):
     # The token is write-only here as in the API: typing one replaces it, leaving it blank keeps it.
-    agent_url = forms.URLField(label=_("Agent URL"), required=False, assume_scheme="http", max_length=300)
     agent_token = forms.CharField(
         label=_("Agent token"), required=False, widget=forms.PasswordInput(render_value=False),
         help_text=_("Leave blank to keep the current token. Stored encrypted."),
@@ -22,6 +29,7 @@ class NodeAdminForm(forms.ModelForm):
     class Meta:
         model = Node
         fields = ["hostname", "pool", "labels", "agent_url", "agent_token", "status"]
+        formfield_callback = _formfield
 
     def clean_agent_token(self):
         token = self.cleaned_data["agent_token"]
