@@ -5,6 +5,7 @@ from django.contrib.auth.decorators import login_required
 from django.contrib.auth.forms import AuthenticationForm
 from django.db.models import Count
 from django.shortcuts import get_object_or_404, redirect, render
+from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 from django.views.decorators.http import require_POST
 
@@ -51,6 +52,12 @@ def team_detail(request, slug: str):
 class TokenForm(forms.Form):
     name = forms.CharField(label=_("Name"), max_length=100, help_text=_("What the token is for, e.g. 'laptop CLI'."))
     expires_at = forms.DateTimeField(label=_("Expires"), required=False, help_text=_("Optional, e.g. 2027-01-31 18:00."))
+
+    def clean_expires_at(self):
+        value = self.cleaned_data["expires_at"]
+        if value is not None and value <= timezone.now():
+            raise forms.ValidationError(_("An expiry must be in the future."))
+        return value
 
 
 @login_required

@@ -1,3 +1,4 @@
+from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 from rest_framework import serializers
 
@@ -40,6 +41,11 @@ class ApiTokenSerializer(serializers.ModelSerializer):
         model = ApiToken
         fields = ["id", "name", "kind", "display_prefix", "created_at", "expires_at", "last_used_at", "revoked_at"]
         read_only_fields = ["kind", "display_prefix", "created_at", "last_used_at", "revoked_at"]
+
+    def validate_expires_at(self, value):
+        if value is not None and value <= timezone.now():
+            raise serializers.ValidationError(_("An expiry must be in the future."))
+        return value
 
 
 class ApiTokenCreatedSerializer(ApiTokenSerializer):

@@ -113,3 +113,22 @@ def test_the_api_never_returns_the_node_token(api, admin_user, small_cluster):
     assert response.json()["has_agent_token"] is True
     assert "a-brand-new-token-0123" not in client.get("/api/v1/nodes/h200-a/").content.decode()
     assert Node.objects.get(hostname="h200-a").agent_token == "a-brand-new-token-0123"
+
+
+def test_a_token_cannot_expire_in_the_past(api, engineer_a):
+    response = api.as_user(engineer_a).post("/api/v1/tokens/", {"name": "x", "expires_at": "2020-01-01T00:00:00Z"})
+    assert response.status_code == 400
+    assert response.json()["detail"] == "expires_at: An expiry must be in the future."
+    assert not ApiToken.objects.filter(name="x").exists()
+
+
+def test_the_tokens_page_shows_a_new_token_once(client, engineer_a):
+    client.force_login(engineer_a)
+    created = client.post("/account/tokens/", {"name": "laptop"})
+    raw = created.context["new_token"]
+    assert raw in created.content.decode()
+    assert raw not in client.get("/account/tokens/").content.decode()
+    token = ApiToken.objects.get(name="laptop")
+    client.post(f"/account/tokens/{token.pk}/revoke/")
+    token.refresh_from_db()
+    assert token.revoked_at is not None
