@@ -17,12 +17,27 @@ class ColouredChoices(models.TextChoices):
 class NodeStatus(ColouredChoices):
     UP = "up", _("Up")
     UNREACHABLE = "unreachable", _("Unreachable")
+    UNAUTHORIZED = "unauthorized", _("Unauthorized")
+    AGENT_ERROR = "agent_error", _("Agent error")
     MAINTENANCE = "maintenance", _("Maintenance")
     RETIRED = "retired", _("Retired")
 
     @classmethod
     def _colours(cls):
-        return {"up": "green", "unreachable": "red", "maintenance": "amber", "retired": "grey"}
+        return {
+            "up": "green", "unreachable": "red", "unauthorized": "red", "agent_error": "red",
+            "maintenance": "amber", "retired": "grey",
+        }
+
+    @classmethod
+    def set_by_admins(cls) -> tuple[str, ...]:
+        """Statuses an admin sets; the collector leaves them alone (it sets the others)."""
+        return (cls.MAINTENANCE, cls.RETIRED)
+
+    @classmethod
+    def down(cls) -> tuple[str, ...]:
+        """Statuses in which a node's GPUs count as down when no samples arrive (DESIGN.md §4)."""
+        return (cls.UNREACHABLE, cls.UNAUTHORIZED, cls.AGENT_ERROR, cls.MAINTENANCE, cls.RETIRED)
 
 
 class GpuStatus(ColouredChoices):
@@ -34,3 +49,28 @@ class GpuStatus(ColouredChoices):
     @classmethod
     def _colours(cls):
         return {"active": "green", "maintenance": "amber", "missing": "red", "retired": "grey"}
+
+
+class AlertTier(ColouredChoices):
+    CRITICAL = "critical", _("Critical")
+    WARNING = "warning", _("Warning")
+    INFO = "info", _("Info")
+
+    @classmethod
+    def _colours(cls):
+        return {"critical": "red", "warning": "amber", "info": "grey"}
+
+
+class AlertSubject(models.TextChoices):
+    NODE = "node", _("Node")
+    GPU = "gpu", _("GPU")
+    TEAM = "team", _("Team")
+    BOOKING = "booking", _("Booking")
+
+
+class AlertKind(models.TextChoices):
+    NODE_UNREACHABLE = "node_unreachable", _("Node unreachable")
+    NODE_UNAUTHORIZED = "node_unauthorized", _("Agent refuses the server's token")
+    AGENT_ERROR = "agent_error", _("Agent answers in an unknown shape")
+    GPU_XID = "gpu_xid", _("XID errors")
+    GPU_ECC_DBE = "gpu_ecc_dbe", _("Double-bit ECC errors")

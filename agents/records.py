@@ -1,0 +1,62 @@
+"""The sample record: the one data contract between the agent and the server (DESIGN.md §3).
+
+A record is a plain dict (JSON object) for one GPU (or MIG instance) and one sample interval:
+
+    seq            int     spool sequence number (assigned by the spool; absent before spooling)
+    ts             int     end of the interval, epoch seconds UTC, a multiple of interval_s
+    gpu_uuid       str     NVML UUID (``GPU-…`` or ``MIG-…``)
+    interval_s     int     length of the interval the record covers: (ts - interval_s, ts]
+    util_gpu       float?  mean GPU utilization over the interval, 0–100; null = unknown (never 0)
+    util_gpu_max   float?  max utilization over the interval, 0–100
+    util_mem       float?  mean memory-controller utilization, 0–100
+    mem_used_mib   int?    max memory used in the interval
+    mem_total_mib  int?
+    power_w        float?  mean power draw
+    energy_j       float?  energy used in the interval (from NVML's cumulative counter, resets handled)
+    temp_c         int?
+    sm_clock_mhz   int?
+    xid_count      int?    new XID events in the interval
+    ecc_dbe_count  int?    new double-bit ECC errors in the interval
+    processes      list    [{pid, user, used_mib, job_ref, gi_id, ci_id}] (empty list when none)
+
+A field the GPU cannot give is null (None), never 0. Utilization of a MIG instance is null.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+Record = dict[str, Any]
+
+FLOAT_FIELDS = ("util_gpu", "util_gpu_max", "util_mem", "power_w", "energy_j")
+INT_FIELDS = ("mem_used_mib", "mem_total_mib", "temp_c", "sm_clock_mhz", "xid_count", "ecc_dbe_count")
+PROCESS_FIELDS = ("pid", "user", "used_mib", "job_ref", "gi_id", "ci_id")
+RECORD_FIELDS = ("ts", "gpu_uuid", "interval_s", *FLOAT_FIELDS, *INT_FIELDS, "processes")
+
+
+def empty_record(*, ts: int, gpu_uuid: str, interval_s: int) -> Record:
+    """A record with every measurement unknown; backends fill in what the GPU can give."""
+    record: Record = {"ts": ts, "gpu_uuid": gpu_uuid, "interval_s": interval_s}
+    for name in (*FLOAT_FIELDS, *INT_FIELDS):
+        record[name] = None
+    record["processes"] = []
+    return record
+
+
+class Backend(Protocol):
+    """What the sampler needs from a source of GPU measurements (nvml, sim, replay)."""
+
+    def inventory(self) -> dict[str, Any]:
+        """Host facts and GPUs, the body of ``GET /v1/inventory``:
+        ``{"host", "agent_version", "driver_version", "cuda_version", "gpus": [{"index", "uuid", "name",
+        "memory_mib", "pci_bus_id", "mig_mode", "mig_instances": [{"uuid", "profile", "gi_id", "ci_id",
+        "memory_mib", "slices", "total_slices"}]}]}``; unknown values are null."""
+
+    def sample(self, *, ts: int, interval_s: int) -> list[Record]:
+        """One record per GPU and MIG instance for the interval ``(ts - interval_s, ts]``.
+
+        Called once per interval, just after ``ts`` (on the agent's clock). Must not raise for one
+        GPU's failure: that GPU's fields are null and the others are still sampled."""
+
+    def close(self) -> None:
+        """Release handles (NVML shutdown, open files)."""
