@@ -105,7 +105,9 @@ class Gpu(models.Model):
         verbose_name_plural = _("GPUs")
         constraints = [
             models.UniqueConstraint(
-                fields=["node", "index"], condition=models.Q(mig_parent__isnull=True), name="gpu_unique_index_per_node"
+                fields=["node", "index"],
+                condition=models.Q(mig_parent__isnull=True, status__in=["active", "maintenance"]),
+                name="gpu_unique_index_per_node",
             ),
             models.CheckConstraint(
                 condition=models.Q(share__gte=1, share__lte=WHOLE_GPU_SHARE), name="gpu_share_within_one_gpu"

@@ -1,0 +1,79 @@
+"""Fill the inventory from an agent's ``/v1/inventory``: new GPUs registered, missing ones marked
+``missing`` (never deleted), MIG instances as child GPUs with their share of the parent."""
+
+from __future__ import annotations
+
+from fractions import Fraction
+
+from django.db import transaction
+
+from cluster.choices import GpuStatus
+from cluster.models import Gpu, GpuModel, Node
+from cluster.units import WHOLE_GPU_SHARE, share_from_fraction
+
+
+def gpu_model_for(name: str, memory_mib: int | None) -> GpuModel:
+    """The catalogue entry for an NVML name, created with a derived short name when first seen."""
+    model = GpuModel.objects.filter(name=name).first()
+    if model is not None:
+        return model
+    short = _short_name(name)
+    taken = set(GpuModel.objects.filter(short_name__startswith=short).values_list("short_name", flat=True))
+    candidate, n = short, 2
+    while candidate in taken:
+        candidate, n = f"{short}-{n}", n + 1
+    return GpuModel.objects.create(name=name, short_name=candidate, memory_mib=memory_mib or 0)
+
+
+def _short_name(name: str) -> str:
+    words = [w for w in name.replace("NVIDIA", "").split() if w]
+    return (words[0] if words else name)[:32] or "GPU"
+
+
+@transaction.atomic
+def inventory_apply(node: Node, inventory: dict) -> dict[str, int]:
+    """Register what the agent reports. Returns counts: added, updated, missing."""
+    reported = _reported_uuids(inventory)
+    counts = {"added": 0, "updated": 0, "missing": 0}
+    # Missing first: a replaced GPU frees its index for the new UUID (the index is unique among active GPUs).
+    counts["missing"] = Gpu.objects.filter(node=node, status=GpuStatus.ACTIVE).exclude(uuid__in=reported).update(
+        status=GpuStatus.MISSING
+    )
+    for gpu_info in inventory.get("gpus") or []:
+        uuid, name = gpu_info.get("uuid"), gpu_info.get("name") or "unknown"
+        if not isinstance(uuid, str) or not uuid:
+            continue
+        model = gpu_model_for(name, gpu_info.get("memory_mib"))
+        parent, created = Gpu.objects.update_or_create(
+            uuid=uuid,
+            defaults={
+                "node": node, "index": int(gpu_info.get("index") or 0), "model": model,
+                "memory_mib": int(gpu_info.get("memory_mib") or model.memory_mib),
+                "pci_bus_id": gpu_info.get("pci_bus_id") or "", "status": GpuStatus.ACTIVE,
+                "mig_parent": None, "share": WHOLE_GPU_SHARE,
+            },
+        )
+        counts["added" if created else "updated"] += 1
+        for mig in gpu_info.get("mig_instances") or []:
+            if not isinstance(mig.get("uuid"), str):
+                continue
+            slices, total = mig.get("slices"), mig.get("total_slices")
+            share = share_from_fraction(Fraction(slices, total)) if slices and total else WHOLE_GPU_SHARE // 7
+            _mig, created = Gpu.objects.update_or_create(
+                uuid=mig["uuid"],
+                defaults={
+                    "node": node, "index": parent.index, "model": model, "mig_parent": parent,
+                    "memory_mib": int(mig.get("memory_mib") or 0), "mig_profile": mig.get("profile") or "",
+                    "share": share, "status": GpuStatus.ACTIVE,
+                },
+            )
+            counts["added" if created else "updated"] += 1
+    return counts
+
+
+def _reported_uuids(inventory: dict) -> set[str]:
+    uuids = set()
+    for gpu_info in inventory.get("gpus") or []:
+        uuids.add(gpu_info.get("uuid"))
+        uuids.update(mig.get("uuid") for mig in gpu_info.get("mig_instances") or [])
+    return {u for u in uuids if isinstance(u, str) and u}
