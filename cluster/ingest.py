@@ -16,8 +16,10 @@ from datetime import datetime
 
 from django.db import connection
 
-# Staging lives for the transaction: ON COMMIT DELETE ROWS keeps the table between pages of a session.
-STAGING_DDL = "CREATE TEMP TABLE IF NOT EXISTS sample_staging (rec jsonb) ON COMMIT DELETE ROWS"
+# A session-local staging table, emptied before each use (a caller's outer transaction may span pages).
+STAGING_DDL = (
+    "CREATE TEMP TABLE IF NOT EXISTS sample_staging (rec jsonb) ON COMMIT DELETE ROWS; TRUNCATE sample_staging"
+)
 # CSV with quote and delimiter bytes that valid JSON text never contains (JSON escapes control
 # characters): each line reaches PostgreSQL untouched, whatever backslashes or quotes it holds.
 COPY_SQL = "COPY sample_staging (rec) FROM STDIN WITH (FORMAT csv, QUOTE e'\\x01', DELIMITER e'\\x02')"
