@@ -95,7 +95,7 @@ def fetch_inventory(*, base_url: str, token: str, timeout_s: float) -> dict:
 def _get(url: str, *, token: str, accept: str, timeout_s: float) -> tuple[bytes, str]:
     if not url.startswith(("http://", "https://")):
         raise AgentUnreachable(f"agent URL {url!r} is not http(s)")
-    request = urllib.request.Request(url, headers={"Authorization": f"Bearer {token}", "Accept": accept})
+    request = urllib.request.Request(url, headers={"Authorization": f"Bearer {token}", "Accept": accept})  # noqa: S310
     try:
         with urllib.request.urlopen(request, timeout=timeout_s) as response:  # noqa: S310 (http(s) checked above)
             return response.read(), response.headers.get("Content-Type", "")

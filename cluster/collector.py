@@ -17,7 +17,7 @@ from django.db import DataError, transaction
 from django.utils import timezone
 
 from cluster import agent_client
-from cluster.agent_client import AgentError, AgentProtocolError, AgentUnauthorized
+from cluster.agent_client import AgentError, AgentProtocolError
 from cluster.choices import AlertKind, AlertSubject, AlertTier, NodeStatus
 from cluster.ingest import IngestResult, ingest_json_lines
 from cluster.inventory_sync import inventory_apply

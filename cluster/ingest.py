@@ -119,7 +119,7 @@ UNION ALL
 SELECT 'errors', NULL, NULL, NULL, gpu_id, xid, ecc FROM errors
 UNION ALL
 SELECT 'dirty', NULL, count(*), NULL, NULL, NULL, NULL FROM dirty
-"""
+"""  # noqa: S608 (only module constants are interpolated; values are bound parameters)
 
 
 @dataclass

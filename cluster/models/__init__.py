@@ -1,6 +1,13 @@
 from cluster.models.inventory import Gpu, GpuModel, Node
 from cluster.models.status import Alert, NodeStatusPeriod
-from cluster.models.telemetry import CollectionState, DirtyBucket, HourRollup, MinuteRollup, RollupLevel, Sample
+from cluster.models.telemetry import (
+    CollectionState,
+    DirtyBucket,
+    HourRollup,
+    MinuteRollup,
+    RollupLevel,
+    Sample,
+)
 
 __all__ = [
     "Alert", "CollectionState", "DirtyBucket", "Gpu", "GpuModel", "HourRollup", "MinuteRollup", "Node",

@@ -28,6 +28,9 @@ class NodeStatusPeriod(models.Model):
             ),
         ]
 
+    def __str__(self) -> str:
+        return f"{self.node} {self.status} from {self.started_at:%Y-%m-%d %H:%M}"
+
     @property
     def status_colour(self) -> str:
         return NodeStatus(self.status).colour

@@ -42,6 +42,9 @@ class Sample(models.Model):
             ),
         ]
 
+    def __str__(self) -> str:
+        return f"gpu {self.gpu_id} @ {self.ts:%Y-%m-%d %H:%M:%S}"
+
 
 class RollupFields(models.Model):
     """Overlap-weighted aggregates of the samples that cover a bucket (DESIGN.md §3)."""
@@ -61,6 +64,9 @@ class RollupFields(models.Model):
 
     class Meta:
         abstract = True
+
+    def __str__(self) -> str:
+        return f"gpu {self.gpu_id} @ {self.bucket:%Y-%m-%d %H:%M}"
 
 
 class MinuteRollup(RollupFields):
@@ -106,6 +112,9 @@ class DirtyBucket(models.Model):
 
     class Meta:
         verbose_name = _("dirty rollup bucket")
+
+    def __str__(self) -> str:
+        return f"{self.level} gpu {self.gpu_id} @ {self.bucket:%Y-%m-%d %H:%M}"
 
 
 class CollectionState(models.Model):

@@ -90,7 +90,7 @@ def test_a_bad_record_is_rejected_with_its_reason_and_the_rest_stored(small_clus
 
 
 def test_a_record_of_another_nodes_gpu_is_unknown_to_this_node(small_cluster):
-    node_a, node_b, _ = small_cluster["nodes"]
+    node_a, _node_b, _ = small_cluster["nodes"]
     result = ingest(lines(record("GPU-h200-b-0")), node_a)
     assert result.rejected == {"gpu_uuid: unknown GPU": 1}
 
