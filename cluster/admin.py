@@ -1,9 +1,10 @@
 from django import forms
-from django.contrib import admin
+from django.contrib import admin, messages
 from django.db import models
 from django.utils.translation import gettext_lazy as _
 
 from cluster.models import Gpu, GpuModel, Node
+from cluster.services import agent_config_line, node_status_set, node_token_rotate
 
 
 @admin.register(GpuModel)
@@ -52,6 +53,24 @@ class NodeAdmin(admin.ModelAdmin):
     search_fields = ["hostname"]
     readonly_fields = ["last_seen_at", "created_at"]
     inlines = [GpuInline]
+    actions = ["rotate_agent_token"]
+
+    def save_model(self, request, obj, form, change):
+        status = obj.status
+        if change and "status" in form.changed_data:
+            obj.status = form.initial["status"]  # node_status_set records the change in the history
+        super().save_model(request, obj, form, change)
+        node_status_set(node=obj, status=status, reason=f"set by {request.user.get_username()} in the admin")
+
+    @admin.action(description=_("Rotate the agent token (shown once)"))
+    def rotate_agent_token(self, request, queryset):
+        for node in queryset:
+            token = node_token_rotate(node=node)
+            self.message_user(
+                request, _("%(node)s: new token %(token)s — agent config: %(line)s")
+                % {"node": node.hostname, "token": token, "line": agent_config_line(token)},
+                level=messages.WARNING,
+            )
 
 
 @admin.register(Gpu)

@@ -23,3 +23,12 @@ def inventory_summary(nodes) -> InventorySummary:
         gpu_count=sum(by_model.values()),
         gpus_by_model=sorted(by_model.items()),
     )
+
+
+def collectable_node_ids() -> list[int]:
+    """Nodes the collector pulls: those with an agent URL, not retired (maintenance nodes still report)."""
+    from cluster.models import Node
+
+    return list(
+        Node.objects.exclude(agent_url="").exclude(status=NodeStatus.RETIRED).order_by("pk").values_list("pk", flat=True)
+    )

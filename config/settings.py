@@ -242,6 +242,7 @@ CELERY_TASK_DEFAULT_QUEUE = "default"
 CELERY_TASK_ROUTES = {
     "cluster.tasks.collect_*": {"queue": "collect"},
     "cluster.tasks.rollup_*": {"queue": "rollup"},
+    "cluster.tasks.prune_*": {"queue": "rollup"},
 }
 CELERY_TASK_ALWAYS_EAGER = False
 CELERY_TIMEZONE = "UTC"
@@ -260,6 +261,17 @@ TELEMETRY_MAX_AGE_S = env_int("TELEMETRY_MAX_AGE_S", 7 * 86400, minimum=60)
 TELEMETRY_ERROR_QUIET_S = env_int("TELEMETRY_ERROR_QUIET_S", 3600, minimum=60)
 TELEMETRY_RAW_RETENTION_DAYS = env_int("TELEMETRY_RAW_RETENTION_DAYS", 8, minimum=1)
 TELEMETRY_MINUTE_RETENTION_DAYS = env_int("TELEMETRY_MINUTE_RETENTION_DAYS", 400, minimum=1)
+
+# Periodic work; each entry expires before its next run so a stalled queue never piles them up.
+CELERY_BEAT_SCHEDULE = {
+    "collect": {
+        "task": "cluster.tasks.collect_all", "schedule": TELEMETRY_COLLECT_EVERY_S,
+        "options": {"expires": TELEMETRY_COLLECT_EVERY_S},
+    },
+    "rollup": {"task": "cluster.tasks.rollup_pending", "schedule": 30.0, "options": {"expires": 30}},
+    "close-quiet-alerts": {"task": "cluster.tasks.close_quiet_alerts", "schedule": 300.0, "options": {"expires": 300}},
+    "prune-telemetry": {"task": "cluster.tasks.prune_telemetry", "schedule": 3600.0, "options": {"expires": 3600}},
+}
 
 EMAIL_BACKEND = env_str("EMAIL_BACKEND", "django.core.mail.backends.smtp.EmailBackend")
 EMAIL_HOST = env_str("EMAIL_HOST", "localhost")

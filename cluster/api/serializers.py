@@ -44,7 +44,7 @@ class GpuSerializer(serializers.ModelSerializer):
             raise serializers.ValidationError({"mig_parent": _("A MIG instance must be on its parent GPU's node.")})
         index = attrs.get("index", getattr(self.instance, "index", None))
         if mig_parent is None and node is not None:
-            clash = Gpu.objects.filter(node=node, index=index, mig_parent__isnull=True)
+            clash = Gpu.objects.filter(node=node, index=index, mig_parent__isnull=True, status__in=["active", "maintenance"])
             if self.instance is not None:
                 clash = clash.exclude(pk=self.instance.pk)
             if clash.exists():
@@ -87,3 +87,8 @@ class NodeSerializer(serializers.ModelSerializer):
         ):
             raise serializers.ValidationError(_("Labels must be an object of string keys to scalar values."))
         return labels
+
+
+class AgentTokenSerializer(serializers.Serializer):
+    token = serializers.CharField(help_text=_("The new agent token. Shown once; the server keeps it encrypted."))
+    agent_config_line = serializers.CharField(help_text=_("The token_sha256 line for the agent's config."))

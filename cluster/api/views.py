@@ -1,9 +1,13 @@
+from drf_spectacular.utils import extend_schema
 from rest_framework import viewsets
+from rest_framework.decorators import action
 from rest_framework.exceptions import ValidationError
+from rest_framework.response import Response
 
-from cluster.api.serializers import GpuModelSerializer, GpuSerializer, NodeSerializer
+from cluster.api.serializers import AgentTokenSerializer, GpuModelSerializer, GpuSerializer, NodeSerializer
 from cluster.filters import NodeFilterForm, nodes_with_gpus
-from cluster.models import Gpu, GpuModel
+from cluster.models import Gpu, GpuModel, Node
+from cluster.services import agent_config_line, node_status_set, node_token_rotate
 from config.api import ReadAllWriteAdmin, form_errors
 
 
@@ -33,8 +37,24 @@ class NodeViewSet(viewsets.ModelViewSet):
         return form.filter(queryset)
 
     def perform_create(self, serializer):
-        serializer.save()
-        serializer.instance.whole_gpus = []
+        node = serializer.save()
+        node_status_set(node=node, status=node.status, reason="registered")
+        node.whole_gpus = []
+
+    def perform_update(self, serializer):
+        before = serializer.instance.status
+        node = serializer.save()
+        if node.status != before:
+            Node.objects.filter(pk=node.pk).update(status=before)  # the history service makes the change
+            node_status_set(node=node, status=node.status, reason=f"set by {self.request.user.get_username()}")
+
+    @extend_schema(request=None, responses={200: AgentTokenSerializer})
+    @action(detail=True, methods=["post"], url_path="rotate-token")
+    def rotate_token(self, request, hostname=None):
+        """Issue a new agent token (admins). Returned once, with the line for the agent's config."""
+        node = self.get_object()
+        token = node_token_rotate(node=node)
+        return Response({"token": token, "agent_config_line": agent_config_line(token)})
 
 
 class GpuViewSet(viewsets.ModelViewSet):

@@ -1,0 +1,68 @@
+"""Celery tasks of the cluster app: thin wrappers that take ids or nothing, call one service, and give
+the same result when run twice (DESIGN.md §7). Queues: ``collect`` (collection), ``rollup``, ``default``."""
+
+from __future__ import annotations
+
+import logging
+
+from celery import shared_task
+from django.conf import settings
+
+from config.locks import advisory_lock
+
+log = logging.getLogger(__name__)
+
+
+@shared_task(name="cluster.tasks.collect_all", ignore_result=True)
+def collect_all() -> int:
+    """Beat: fan collection out over node shards on the ``collect`` queue."""
+    from cluster.selectors import collectable_node_ids
+
+    with advisory_lock("cluster.collect_all") as locked:
+        if not locked:
+            return 0
+        shards = settings.TELEMETRY_COLLECT_SHARDS
+        node_ids = collectable_node_ids()
+        for shard in range(shards):
+            ids = [node_id for node_id in node_ids if node_id % shards == shard]
+            if ids:
+                collect_nodes.apply_async(args=[ids], expires=settings.TELEMETRY_COLLECT_EVERY_S)
+        return len(node_ids)
+
+
+@shared_task(name="cluster.tasks.collect_nodes", ignore_result=True)
+def collect_nodes(node_ids: list[int]) -> None:
+    """Collect a shard of nodes one after another (each node locks itself; a busy node is skipped)."""
+    from cluster.collector import collect_node
+
+    for node_id in node_ids:
+        try:
+            collect_node(node_id=node_id)
+        except Exception:
+            # One node's bug must not starve the rest of its shard; it is logged with its traceback.
+            log.exception("collecting node %s failed", node_id)
+
+
+@shared_task(name="cluster.tasks.rollup_pending", ignore_result=True)
+def rollup_pending() -> dict:
+    """Recompute the minute and hour rollups of dirty buckets (safe to run concurrently)."""
+    from cluster.rollups import rollup_pending as run
+
+    return run()
+
+
+@shared_task(name="cluster.tasks.prune_telemetry", ignore_result=True)
+def prune_telemetry() -> dict:
+    from django.utils import timezone
+
+    from cluster.rollups import prune
+
+    with advisory_lock("cluster.prune_telemetry") as locked:
+        return prune(now=timezone.now()) if locked else {}
+
+
+@shared_task(name="cluster.tasks.close_quiet_alerts", ignore_result=True)
+def close_quiet_alerts() -> int:
+    from cluster.collector import close_quiet_gpu_alerts
+
+    return close_quiet_gpu_alerts()
