@@ -119,6 +119,9 @@ UNION ALL
 SELECT 'errors', NULL, NULL, NULL, gpu_id, xid, ecc FROM errors
 UNION ALL
 SELECT 'dirty', NULL, count(*), NULL, NULL, NULL, NULL FROM dirty
+UNION ALL
+(SELECT 'rejected_line', reason, (rec->>'line')::bigint, NULL, NULL, NULL, NULL FROM checked
+ WHERE reason IS NOT NULL AND jsonb_typeof(rec->'line') = 'number' LIMIT 10000)
 """  # noqa: S608 (only module constants are interpolated; values are bound parameters)
 
 
@@ -133,6 +136,7 @@ class IngestResult:
     max_seq: int | None = None
     newest_ts: int | None = None
     gpu_errors: dict[int, tuple[int, int]] = field(default_factory=dict)
+    rejected_lines: list[tuple[int, str]] = field(default_factory=list)  # records carrying a "line" (imports)
 
     @property
     def rejected_total(self) -> int:
@@ -183,4 +187,6 @@ def _result(rows) -> IngestResult:
             result.seen, result.newest_ts, result.max_seq = count, newest, extra
         elif what == "errors":
             result.gpu_errors[extra] = (int(xid or 0), int(ecc or 0))
+        elif what == "rejected_line":
+            result.rejected_lines.append((count, reason))
     return result
