@@ -11,7 +11,6 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
-from django.core.validators import validate_slug
 from django.db import transaction
 from django.utils import timezone
 

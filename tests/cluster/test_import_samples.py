@@ -26,7 +26,7 @@ def run(tmp_path, text, *args):
 
 
 def test_it_imports_and_creates_unknown_nodes_and_gpus(tmp_path):
-    out, err = run(tmp_path, GOOD)
+    out, _err = run(tmp_path, GOOD)
     assert "rows read 5, imported 5, already present 0, rejected 0" in out
     node = Node.objects.get(hostname="imp-01")
     assert set(Gpu.objects.filter(node=node).values_list("uuid", flat=True)) == {
