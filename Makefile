@@ -33,6 +33,10 @@ test: install browser-deps lint
 	@$(BIN)/python -m pytest $(PYTEST_ARGS); rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "pytest collected no tests: failing"; exit 1; fi; exit $$rc
 
+# Figures the issues ask for, from one run (BENCH_ARGS="--records 200000 --only collector" for a quick one).
+bench: install
+	$(BIN)/python -m config.bench $(BENCH_ARGS)
+
 messages: install
 	$(BIN)/python manage.py makemessages -l zh_Hans --no-obsolete --ignore=.venv --ignore=var
 	$(BIN)/python manage.py compilemessages -l zh_Hans --ignore=.venv

@@ -17,7 +17,8 @@ A record is a plain dict (JSON object) for one GPU (or MIG instance) and one sam
     sm_clock_mhz   int?
     xid_count      int?    new XID events in the interval
     ecc_dbe_count  int?    new double-bit ECC errors in the interval
-    processes      list    [{pid, user, used_mib, job_ref, gi_id, ci_id}] (empty list when none)
+    processes      list?   [{pid, user, used_mib, job_ref, gi_id, ci_id}]: [] when none run, null when the
+                           agent cannot tell (NVML refused the list)
 
 A field the GPU cannot give is null (None), never 0. Utilization of a MIG instance is null.
 """

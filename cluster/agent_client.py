@@ -55,6 +55,11 @@ def fetch_samples(*, base_url: str, token: str, after: int, limit: int, timeout_
         params["spool_id"] = spool_id
     query = urllib.parse.urlencode(params)
     body, content_type = _get(f"{base_url.rstrip('/')}/v1/samples?{query}", token=token, accept=NDJSON, timeout_s=timeout_s)
+    return parse_samples_page(body, content_type)
+
+
+def parse_samples_page(body: bytes, content_type: str) -> SamplesPage:
+    """Check an NDJSON page's meta line and line count; the record lines stay bytes, for COPY."""
     if not content_type.startswith(NDJSON):
         raise AgentProtocolError(f"/v1/samples answered {content_type or 'no content type'}, not {NDJSON}")
     head, _sep, records = body.partition(b"\n")

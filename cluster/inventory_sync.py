@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from fractions import Fraction
 
 from django.db import transaction
@@ -54,11 +55,14 @@ def inventory_apply(node: Node, inventory: dict) -> dict[str, int]:
             },
         )
         counts["added" if created else "updated"] += 1
-        for mig in gpu_info.get("mig_instances") or []:
-            if not isinstance(mig.get("uuid"), str):
-                continue
+        migs = [m for m in gpu_info.get("mig_instances") or [] if isinstance(m.get("uuid"), str)]
+        # Every compute instance of one GPU instance reports the GPU instance's slices: split them,
+        # so the instances of a GPU never add up to more than the GPU.
+        per_gi = Counter(m.get("gi_id") for m in migs)
+        for mig in migs:
             slices, total = mig.get("slices"), mig.get("total_slices")
-            share = share_from_fraction(Fraction(slices, total)) if slices and total else WHOLE_GPU_SHARE // 7
+            fraction = Fraction(slices, total * per_gi[mig.get("gi_id")]) if slices and total else Fraction(1, 7)
+            share = share_from_fraction(fraction)
             _mig, created = Gpu.objects.update_or_create(
                 uuid=mig["uuid"],
                 defaults={

@@ -72,7 +72,9 @@ def test_a_repeated_record_changes_nothing(small_cluster):
         ({"mem_used_mib": -5}, "mem_used_mib: below 0"),
         ({"mem_used_mib": 12.5}, "mem_used_mib: not a whole number"),
         ({"gpu_uuid": "GPU-nobody"}, "gpu_uuid: unknown GPU"),
-        ({"gpu_uuid": 7}, "gpu_uuid: missing or not a string"),
+        ({"gpu_uuid": None}, "gpu_uuid: missing or not a string"),
+        ({"xid_count": 1.5}, "xid_count: not a whole number"),
+        ({"seq": "x"}, "seq: missing or not a number"),
         ({"ts": T + 601}, "ts: too far in the future"),
         ({"ts": T - 7 * 86400 - 1}, "ts: older than the agent spool keeps"),
         ({"ts": "yesterday"}, "ts: missing or not a number"),
@@ -82,7 +84,7 @@ def test_a_repeated_record_changes_nothing(small_cluster):
     ],
 )
 def test_a_bad_record_is_rejected_with_its_reason_and_the_rest_stored(small_cluster, fields, reason):
-    result = ingest(lines(record(seq=1), record(seq=2, **{"ts": T - 50, **fields}), record(ts=T - 40, seq=3)))
+    result = ingest(lines(record(seq=1), record(**{"seq": 2, "ts": T - 50, **fields}), record(ts=T - 40, seq=3)))
     assert result.rejected == {reason: 1}
     assert result.stored == 2
     assert result.max_seq == 3
@@ -119,6 +121,7 @@ def test_new_xid_and_ecc_events_are_reported_per_gpu(small_cluster):
 
 def test_the_ingest_is_one_statement_after_the_copy(small_cluster, django_assert_max_num_queries):
     blob = lines(*(record(ts=T - 600 + 10 * i, seq=i) for i in range(50)))
-    with django_assert_max_num_queries(2):  # staging DDL and the ingest (COPY is not counted): none per record
+    # staging DDL, savepoint, the ingest, release (COPY is not counted): none per record
+    with django_assert_max_num_queries(4):
         result = ingest_json_lines(blob, node_id=None, now=NOW, max_future_s=600, max_age_s=7 * 86400)
     assert result.stored == 50

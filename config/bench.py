@@ -1,0 +1,93 @@
+"""``make bench``: the figures the issues ask for, from one run, each beside a baseline measured in
+the same run where one exists. Runs against a scratch database ``cardhour_bench`` on the embedded
+PostgreSQL (or on DATABASE_URL's server), migrated fresh and dropped afterwards.
+
+    python -m config.bench [--records N] [--only collector,rollup,agent]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m config.bench", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--records", type=int, default=1_000_000, help="records for the collector and rollup runs")
+    parser.add_argument("--only", default="collector,rollup,agent", help="comma-separated subset")
+    args = parser.parse_args(argv)
+    only = set(args.only.split(","))
+
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
+    from config.embedded import local_environment
+
+    os.environ.update(local_environment("bench"))
+    import dj_database_url
+
+    base = os.environ["DATABASE_URL"]
+    os.environ["DATABASE_URL"] = _with_database(base, "cardhour_bench")
+    _recreate_database(dj_database_url.parse(base), "cardhour_bench")
+
+    import django
+
+    django.setup()
+    from django.core.management import call_command
+
+    call_command("migrate", verbosity=0)
+    results = {}
+    if "collector" in only:
+        from cluster.bench import bench_collector
+
+        results["collector"] = bench_collector(records=args.records)
+        _print_collector(results["collector"])
+    if "rollup" in only:
+        from cluster.rollups import bench_rollup
+
+        results["rollup"] = bench_rollup(args.records)
+        print(f"\nrollup: {results['rollup']}")
+    if "agent" in only:
+        from agents.bench import measure_agent
+
+        results["agent"] = measure_agent()
+        print(f"\nagent (sim backend, 8 GPUs): {results['agent']}")
+    return 0
+
+
+def _print_collector(r: dict) -> None:
+    n = r["records"]
+    print(f"\ncollector path, {n:,} records (agent NDJSON in → rows committed)")
+    for stage, seconds in r["stages_s"].items():
+        print(f"  {stage:<12} {seconds:8.2f} s  {n / seconds:>12,.0f} rows/s")
+    print(f"  {'total':<12} {r['collector_s']:8.2f} s  {r['collector_rows_per_s']:>12,.0f} rows/s")
+    print(f"  raw text COPY            {r['raw_text_copy_rows_per_s']:>12,.0f} rows/s")
+    print(f"  raw binary COPY          {r['raw_binary_copy_rows_per_s']:>12,.0f} rows/s")
+    print(f"  collector / text COPY    {r['collector_vs_text_copy']:.2f}  (aim ≥ 0.5)")
+    print(f"  collector / binary COPY  {r['collector_vs_binary_copy']:.2f}")
+
+
+def _with_database(url: str, name: str) -> str:
+    head, _sep, tail = url.rpartition("/")
+    query = ""
+    if "?" in tail:
+        tail, query = tail.split("?", 1)
+        query = "?" + query
+    return f"{head}/{name}{query}"
+
+
+def _recreate_database(config: dict, name: str) -> None:
+    import psycopg
+
+    kwargs = {k: v for k, v in {"host": config["HOST"], "port": config["PORT"] or None, "user": config["USER"],
+              "password": config["PASSWORD"] or None, "dbname": config["NAME"]}.items() if v}
+    with psycopg.connect(**kwargs, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}"')
+        conn.execute(f'CREATE DATABASE "{name}"')
+
+
+if __name__ == "__main__":
+    started = time.monotonic()
+    code = main()
+    print(f"\n(bench took {time.monotonic() - started:.0f} s)")
+    sys.exit(code)
