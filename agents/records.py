@@ -3,7 +3,8 @@
 A record is a plain dict (JSON object) for one GPU (or MIG instance) and one sample interval:
 
     seq            int     spool sequence number (assigned by the spool; absent before spooling)
-    ts             int     end of the interval, epoch seconds UTC, a multiple of interval_s
+    ts             int     end of the interval, epoch seconds UTC (a multiple of interval_s when sampled;
+                           a replayed row keeps its own second)
     gpu_uuid       str     NVML UUID (``GPU-…`` or ``MIG-…``)
     interval_s     int     length of the interval the record covers: (ts - interval_s, ts]
     util_gpu       float?  mean GPU utilization over the interval, 0–100; null = unknown (never 0)

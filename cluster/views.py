@@ -1,8 +1,25 @@
-from django.contrib.auth.decorators import login_required
-from django.shortcuts import get_object_or_404, render
+from datetime import date, timedelta
 
+from django import forms
+from django.conf import settings
+from django.contrib.auth.decorators import login_required
+from django.core.validators import MaxValueValidator, MinValueValidator
+from django.shortcuts import get_object_or_404, render
+from django.utils import timezone
+from django.utils.translation import gettext
+from django.utils.translation import gettext_lazy as _
+
+from cluster import charts
 from cluster.filters import NodeFilterForm, nodes_with_gpus
 from cluster.selectors import inventory_summary
+from cluster.telemetry_selectors import (
+    business_day_bounds,
+    business_today,
+    epoch_ms,
+    node_day_series,
+    node_health,
+    still_filling_from,
+)
 
 
 @login_required
@@ -19,7 +36,73 @@ def inventory(request):
     )
 
 
+FIRST_DAY, LAST_DAY = date(1970, 1, 2), date(9999, 12, 30)  # a day's window must fit in a datetime
+DAY_RULE = _("The “day” parameter must be a date written YYYY-MM-DD, for example 2026-11-02.")
+
+
+class NodeDayForm(forms.Form):
+    """``?day=YYYY-MM-DD``: the business-zone day the node page charts (empty: today)."""
+
+    day = forms.DateField(
+        label=_("Day"), required=False, input_formats=["%Y-%m-%d"],
+        error_messages={"invalid": DAY_RULE},
+        validators=[MinValueValidator(FIRST_DAY, DAY_RULE), MaxValueValidator(LAST_DAY, DAY_RULE)],
+        widget=forms.DateInput(attrs={"type": "date"}, format="%Y-%m-%d"),
+    )
+
+    def chosen_day(self, *, today: date) -> date:
+        """The valid day asked for, else today (the form then carries the error to show)."""
+        if self.is_bound and self.is_valid() and self.cleaned_data["day"]:
+            return self.cleaned_data["day"]
+        return today
+
+
+def chart_text() -> charts.ChartText:
+    return charts.ChartText(
+        empty=gettext("No samples for this day"),
+        no_values=gettext("No values reported for this day"),
+        utilization_axis=gettext("Utilization (%)"),
+        memory_axis=gettext("Memory used (GiB)"),
+        gib=gettext("GiB"),
+        peak=gettext("max"),
+        coverage=gettext("coverage"),
+        still_filling=gettext("still filling"),
+        partly_covered=gettext("partly covered minute"),
+    )
+
+
 @login_required
 def node_detail(request, hostname: str):
+    """A node's GPUs, its agent's health and alerts, and per-GPU utilization and memory for one day."""
     node = get_object_or_404(nodes_with_gpus(), hostname=hostname)
-    return render(request, "cluster/node_detail.html", {"node": node})
+    now = timezone.now()
+    today = business_today(now=now)
+    form = NodeDayForm(request.GET or None)
+    day = form.chosen_day(today=today)
+    form.initial["day"] = day  # what the date input shows when no (valid) day was asked for
+    day_start, day_end = business_day_bounds(day)
+    series = node_day_series(node, day_start, day_end)
+    health = node_health(node)
+    common = {
+        "partial_after_ms": epoch_ms(still_filling_from(health.data_complete_to, now=now)),
+        "x_range_ms": (epoch_ms(day_start), epoch_ms(day_end)),
+        "display_zone": timezone.get_current_timezone(),
+        "text": chart_text(),
+    }
+    largest_mib = max((gpu.memory_mib for gpu in node.whole_gpus), default=0)
+    return render(request, "cluster/node_detail.html", {
+        "node": node,
+        "form": form,
+        "day": day,
+        "business_zone": settings.CARDHOUR_BUSINESS_TIME_ZONE,
+        "day_start": day_start,
+        "day_end": day_end,
+        "previous_day": day - timedelta(days=1) if day > FIRST_DAY else None,
+        "next_day": day + timedelta(days=1) if day < today else None,
+        "is_today": day == today,
+        "health": health,
+        "utilization_chart": charts.utilization_figure(series, title=gettext("GPU utilization"), **common),
+        "memory_chart": charts.memory_figure(
+            series, title=gettext("GPU memory used"), y_max_gib=largest_mib / charts.MIB_PER_GIB, **common
+        ),
+    })

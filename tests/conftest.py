@@ -27,6 +27,16 @@ def django_db_modify_db_settings(django_db_modify_db_settings_parallel_suffix):
 
 
 @pytest.fixture(autouse=True)
+def english_by_default():
+    """A request through LocaleMiddleware leaves its language active in the thread: start each test in English."""
+    from django.utils import translation
+
+    translation.activate("en")
+    yield
+    translation.deactivate()
+
+
+@pytest.fixture(autouse=True)
 def fast_password_hashing(settings):
     """PBKDF2's million rounds cost ~0.3 s a user; tests need the check, not the cost."""
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]

@@ -1,0 +1,224 @@
+"""A simulated GPU node: N GPUs of one model running a changing mix of jobs (sim_workloads.py).
+
+Every value is a pure function of (seed, host, GPU, interval), so the sampler may ask for any past
+interval (an accelerated clock catching up, a restarted agent filling its gap) and always gets the
+same record. Optionally GPU 0 is MIG-partitioned as in the H100 capture (3g + 2g + 1g + 1g of 7
+slices): the GPU's record then has null utilization (and no processes), and each instance has its
+own record with null utilization, power, temperature and clock and the processes running in it,
+as the nvml backend reports them.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+import agents
+from agents.backends.gpu_models import TOTAL_SLICES, GpuSpec, MigProfile, find_model
+from agents.backends.sim_workloads import MEM_UTIL_RATIO, Job, job_at, mix, text_key, unit, util_at
+from agents.records import Record, empty_record
+
+# The same namespace and key layout as cluster/demo.py's demo_gpu_uuid, so a simulated node with
+# seed 0 reports the very GPUs the demo data set registered for that hostname.
+UUID_NAMESPACE = uuid.UUID("6f1c3a52-8f0e-4c1e-9a53-2b7d7e0c9d11")
+DRIVER_VERSION, CUDA_VERSION = "590.48.01", "13.1"  # as in the captures
+MAX_POINTS = 10  # sub-samples per interval: a mean and a max need a few, not one per second
+
+
+def sim_gpu_uuid(hostname: str, index: int, seed: int = 0, mig_slot: int | None = None) -> str:
+    """NVML-shaped UUID of simulated GPU ``index`` (or of its MIG instance number ``mig_slot``):
+    ``GPU-`` / ``MIG-`` + uuid5(UUID_NAMESPACE, "<hostname>/<index>[/mig<slot>][/seed<seed>]")."""
+    key = f"{hostname}/{index}" + ("" if mig_slot is None else f"/mig{mig_slot}") + (f"/seed{seed}" if seed else "")
+    return f"{'GPU' if mig_slot is None else 'MIG'}-{uuid.uuid5(UUID_NAMESPACE, key)}"
+
+
+def sim_pci_bus_id(index: int) -> str:
+    """PCI bus ids spaced as on an 8-GPU HGX board (the demo data set uses the same)."""
+    return f"00000000:{0x18 + index * 0x10:02X}:00.0"
+
+
+@dataclass(frozen=True)
+class _Instance:
+    """A MIG instance of a simulated GPU: its profile, UUID and workload key."""
+
+    slot: int
+    uuid: str
+    key: int
+    profile: MigProfile
+
+
+@dataclass(frozen=True)
+class _Gpu:
+    index: int
+    uuid: str
+    key: int
+    instances: tuple[_Instance, ...]
+
+
+class SimBackend:
+    """The ``sim`` backend (agents.records.Backend): any past interval can be computed, so it may run
+    on an accelerated clock that starts in the past."""
+
+    def __init__(self, *, hostname: str, gpus: int = 8, model: str = "H200", seed: int = 0, mig: bool = False) -> None:
+        spec = find_model(model)
+        if spec is None:
+            raise ValueError(f"unknown GPU model {model!r}")
+        if mig and not spec.mig_layout:
+            raise ValueError(f"{spec.name} has no MIG")
+        self.hostname, self.spec, self.seed = hostname, spec, seed
+        host_key = mix(seed, text_key(hostname))
+        self._gpus = []
+        for index in range(gpus):
+            key = mix(host_key, index)
+            instances = ()
+            if mig and index == 0:
+                instances = tuple(
+                    _Instance(slot, sim_gpu_uuid(hostname, index, seed, slot), mix(key, 1000 + slot), profile)
+                    for slot, profile in enumerate(spec.mig_layout)
+                )
+            self._gpus.append(_Gpu(index, sim_gpu_uuid(hostname, index, seed), key, instances))
+
+    def inventory(self) -> dict[str, Any]:
+        return {
+            "host": self.hostname,
+            "agent_version": agents.__version__,
+            "driver_version": DRIVER_VERSION,
+            "cuda_version": CUDA_VERSION,
+            "gpus": [
+                {
+                    "index": gpu.index,
+                    "uuid": gpu.uuid,
+                    "name": self.spec.name,
+                    "memory_mib": self.spec.memory_mib,
+                    "pci_bus_id": sim_pci_bus_id(gpu.index),
+                    "mig_mode": bool(gpu.instances),
+                    "mig_instances": [
+                        {
+                            "uuid": inst.uuid,
+                            "profile": inst.profile.profile,
+                            "gi_id": inst.profile.gi_id,
+                            "ci_id": 0,
+                            "memory_mib": inst.profile.memory_mib,
+                            "slices": inst.profile.slices,
+                            "total_slices": TOTAL_SLICES,
+                        }
+                        for inst in gpu.instances
+                    ],
+                }
+                for gpu in self._gpus
+            ],
+        }
+
+    def sample(self, *, ts: int, interval_s: int) -> list[Record]:
+        count = max(1, min(MAX_POINTS, interval_s))
+        points = [ts - interval_s + (k + 1) * interval_s / count for k in range(count)]
+        records: list[Record] = []
+        for gpu in self._gpus:
+            if gpu.instances:
+                records.extend(self._sample_mig(gpu, ts, interval_s, points))
+            else:
+                records.append(self._sample_whole(gpu, ts, interval_s, points))
+        return records
+
+    def close(self) -> None:
+        pass
+
+    # -- whole GPUs ---------------------------------------------------------------------------
+
+    def _sample_whole(self, gpu: _Gpu, ts: int, interval_s: int, points: list[float]) -> Record:
+        spec = self.spec
+        utils, mem_utils, powers, jobs = [], [], [], {}
+        for t in points:
+            job = job_at(gpu.key, t)
+            util = util_at(job, gpu.key, t) if job else 0.0
+            utils.append(util)
+            mem_utils.append(util * MEM_UTIL_RATIO[job.kind] if job else 0.0)
+            powers.append(_power(spec, [(1.0, util, job is not None)], gpu.key, t))
+            if job:
+                jobs[job.pid] = job
+        record = empty_record(ts=ts, gpu_uuid=gpu.uuid, interval_s=interval_s)
+        processes = [_process(job, spec.memory_mib) for job in jobs.values()]
+        record.update(
+            util_gpu=round(sum(utils) / len(utils), 1),
+            util_gpu_max=round(max(utils), 1),
+            util_mem=round(sum(mem_utils) / len(mem_utils), 1),
+            mem_used_mib=sum(p["used_mib"] for p in processes),
+            mem_total_mib=spec.memory_mib,
+            processes=processes,
+        )
+        self._fill_power(record, gpu, ts, interval_s, powers, busy=bool(jobs))
+        return record
+
+    def _fill_power(self, record: Record, gpu: _Gpu, ts: int, interval_s: int, powers: list[float], *, busy: bool) -> None:
+        spec = self.spec
+        power = round(sum(powers) / len(powers), 1)
+        heat = (power - spec.idle_w) / (spec.full_load_w - spec.idle_w)
+        record.update(
+            power_w=power,
+            energy_j=round(power * interval_s, 1),  # mean power × interval, exactly as reported
+            temp_c=round(spec.idle_temp_c + (spec.full_load_temp_c - spec.idle_temp_c) * max(0.0, heat)),
+            sm_clock_mhz=spec.max_sm_clock_mhz if busy else spec.idle_sm_clock_mhz,
+            # Rare, but present, so alerts have something to show: about one XID a GPU-quarter.
+            xid_count=1 if unit(gpu.key, ts, 7) < 1e-6 else 0,
+            ecc_dbe_count=1 if unit(gpu.key, ts, 8) < 1e-7 else 0,
+        )
+
+    # -- MIG ----------------------------------------------------------------------------------
+
+    def _sample_mig(self, gpu: _Gpu, ts: int, interval_s: int, points: list[float]) -> list[Record]:
+        spec = self.spec
+        powers: list[float] = []
+        used_max = {inst.slot: 0 for inst in gpu.instances}
+        jobs: dict[int, dict[int, Job]] = {inst.slot: {} for inst in gpu.instances}
+        for t in points:
+            loads = []
+            for inst in gpu.instances:
+                job = job_at(inst.key, t)
+                util = util_at(job, inst.key, t) if job else 0.0
+                loads.append((inst.profile.slices / TOTAL_SLICES, util, job is not None))
+                used = inst.profile.base_used_mib + (_job_memory(job, inst.profile.memory_mib) if job else 0)
+                used_max[inst.slot] = max(used_max[inst.slot], used)
+                if job:
+                    jobs[inst.slot][job.pid] = job
+            powers.append(_power(spec, loads, gpu.key, t))
+        instance_records = []
+        for inst in gpu.instances:
+            # As the nvml backend does: each process is listed once, on the record of the MIG
+            # instance it runs in (gi_id/ci_id say which), not again on the parent's.
+            processes = [
+                {**_process(job, inst.profile.memory_mib), "gi_id": inst.profile.gi_id, "ci_id": 0}
+                for job in jobs[inst.slot].values()
+            ]
+            record = empty_record(ts=ts, gpu_uuid=inst.uuid, interval_s=interval_s)
+            record.update(mem_used_mib=used_max[inst.slot], mem_total_mib=inst.profile.memory_mib, processes=processes)
+            instance_records.append(record)
+        # The whole GPU: NVML gives no utilization under MIG; memory is the instances' sum.
+        parent = empty_record(ts=ts, gpu_uuid=gpu.uuid, interval_s=interval_s)
+        parent.update(mem_used_mib=sum(used_max.values()), mem_total_mib=spec.memory_mib)
+        busy = any(instance["processes"] for instance in instance_records)
+        self._fill_power(parent, gpu, ts, interval_s, powers, busy=busy)
+        return [parent, *instance_records]
+
+
+def _job_memory(job: Job, total_mib: int) -> int:
+    return int(job.mem_frac * total_mib)
+
+
+def _process(job: Job, total_mib: int) -> dict[str, Any]:
+    return {
+        "pid": job.pid, "user": job.user, "used_mib": _job_memory(job, total_mib),
+        "job_ref": job.job_ref, "gi_id": None, "ci_id": None,
+    }
+
+
+def _power(spec: GpuSpec, loads: list[tuple[float, float, bool]], key: int, t: float) -> float:
+    """Board power (W) at ``t`` for loads of (share of the GPU, SM utilization %, holds a context).
+    A context alone lifts the board out of its idle state; utilization adds power a bit more than
+    linearly (clocks and voltage rise with load)."""
+    dynamic = spec.full_load_w - spec.idle_w
+    power = spec.idle_w
+    for share, util, active in loads:
+        if active:
+            power += share * dynamic * (0.06 + 0.94 * (util / 100) ** 1.2)
+    return power * (1 + 0.01 * (2 * unit(key, int(t), 3) - 1))

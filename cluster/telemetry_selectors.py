@@ -1,0 +1,151 @@
+"""Reads for the node page's telemetry: a business day's minute series and the agent's health."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, date, datetime, time, timedelta
+from zoneinfo import ZoneInfo
+
+import pandas as pd
+from django.conf import settings
+from django.db.models import F
+from django.utils import timezone
+from django.utils.translation import gettext
+
+from cluster.choices import AlertSubject, AlertTier
+from cluster.models import Alert, CollectionState, MinuteRollup, Node, NodeStatusPeriod
+
+SERIES_COLUMNS = ["gpu", "bucket_ms", "util_mean", "util_max", "mem_used_max_mib", "coverage"]
+STATUS_HISTORY_LENGTH = 20
+_EPOCH = pd.Timestamp(0, tz="UTC")
+_TIER_ORDER = {AlertTier.CRITICAL: 0, AlertTier.WARNING: 1, AlertTier.INFO: 2}
+
+
+def business_zone() -> ZoneInfo:
+    return ZoneInfo(settings.CARDHOUR_BUSINESS_TIME_ZONE)
+
+
+def business_today(*, now: datetime | None = None) -> date:
+    """Today's date in the business time zone (DESIGN.md §4)."""
+    return (now or timezone.now()).astimezone(business_zone()).date()
+
+
+def business_day_bounds(day: date) -> tuple[datetime, datetime]:
+    """``[start, end)`` of ``day`` in the business zone, as the UTC instants of its local midnights
+    (23 or 25 hours long on a daylight-saving change)."""
+    zone = business_zone()
+    start = datetime.combine(day, time.min, tzinfo=zone)
+    end = datetime.combine(day + timedelta(days=1), time.min, tzinfo=zone)
+    return start.astimezone(UTC), end.astimezone(UTC)
+
+
+def epoch_ms(moment: datetime) -> int:
+    """Milliseconds since the Unix epoch of an aware datetime (the charts' time unit, STYLE.md 6)."""
+    return int(moment.timestamp() * 1000)
+
+
+def still_filling_from(data_complete_to: datetime | None, *, now: datetime) -> datetime:
+    """The first minute that may still gain records: the one holding the newest record the node's agent
+    had when last collected in full (or the current minute, when nothing says more). A minute
+    ``[b, b + 60 s)`` is complete only once ``b + 60 s <= data_complete_to``."""
+    edge = now if data_complete_to is None else min(now, data_complete_to)
+    return edge.astimezone(UTC).replace(second=0, microsecond=0)
+
+
+def node_day_series(node: Node, day_start_utc: datetime, day_end_utc: datetime) -> pd.DataFrame:
+    """Minute rollups of every GPU and MIG instance of ``node`` in ``[day_start_utc, day_end_utc)``, in one
+    query, as tidy rows: ``gpu`` (label), ``bucket_ms`` (minute start, epoch ms), ``util_mean`` and
+    ``util_max`` (%), ``mem_used_max_mib``, ``coverage`` (covered seconds ÷ 60, 0–1). Rows come in GPU
+    order (index, the whole GPU before its MIG instances), then time; a missing minute has no row."""
+    rows = list(
+        MinuteRollup.objects.filter(gpu__node=node, bucket__gte=day_start_utc, bucket__lt=day_end_utc)
+        .order_by(
+            "gpu__index", F("gpu__mig_parent_id").asc(nulls_first=True), "gpu__mig_profile", "gpu__uuid", "bucket"
+        )
+        .values(
+            "gpu_id", "gpu__index", "gpu__mig_parent_id", "gpu__mig_profile", "bucket", "util_mean", "util_max",
+            "mem_used_max_mib", "covered_s",
+        )
+    )
+    if not rows:
+        return pd.DataFrame({
+            "gpu": pd.Series(dtype="object"), "bucket_ms": pd.Series(dtype="int64"),
+            **{name: pd.Series(dtype="float64") for name in SERIES_COLUMNS[2:]},
+        })
+    frame = pd.DataFrame.from_records(rows)
+    labels = _gpu_labels(frame)
+    return pd.DataFrame({
+        "gpu": frame["gpu_id"].map(labels),
+        "bucket_ms": (pd.to_datetime(frame["bucket"], utc=True) - _EPOCH) // pd.Timedelta(1, "ms"),
+        "util_mean": frame["util_mean"].astype("float64"),
+        "util_max": frame["util_max"].astype("float64"),
+        "mem_used_max_mib": frame["mem_used_max_mib"].astype("float64"),
+        "coverage": frame["covered_s"] / MinuteRollup.BUCKET_S,
+    })[SERIES_COLUMNS]
+
+
+def _gpu_labels(frame: pd.DataFrame) -> dict[int, str]:
+    """``GPU 0`` for a whole GPU, ``GPU 0 · 1g.10gb`` for a MIG instance; two instances of one profile on
+    one GPU are numbered in the series' order (``… 1g.10gb (2)``)."""
+    gpus = frame.drop_duplicates("gpu_id")
+    labels, seen = {}, {}
+    for gpu_id, index, parent, profile in gpus[
+        ["gpu_id", "gpu__index", "gpu__mig_parent_id", "gpu__mig_profile"]
+    ].itertuples(index=False):
+        label = gettext("GPU %(index)s") % {"index": index}
+        if pd.notna(parent):
+            label = f"{label} · {profile or gettext('MIG')}"
+        seen[label] = seen.get(label, 0) + 1
+        labels[gpu_id] = label if seen[label] == 1 else f"{label} ({seen[label]})"
+    return labels
+
+
+@dataclass(frozen=True)
+class NodeHealth:
+    """What the collector knows of a node's agent, its recent status history and its open alerts."""
+
+    collected: bool  # False when the collector has never tried this node
+    last_attempt_at: datetime | None
+    last_success_at: datetime | None
+    data_complete_to: datetime | None
+    lag_s: float | None
+    clock_skew_s: float | None
+    consecutive_failures: int
+    last_error: str
+    records_stored: int
+    agent_dropped_total: int
+    rejected_total: int
+    rejected_by_reason: list[tuple[str, int]]  # most frequent first
+    agent_version: str
+    driver_version: str
+    status_history: list[NodeStatusPeriod]  # newest first, at most STATUS_HISTORY_LENGTH
+    open_alerts: list[Alert]  # critical first, then newest
+
+
+def node_health(node: Node) -> NodeHealth:
+    """The node's health panel in three queries: collection state, status history, open alerts."""
+    state = CollectionState.objects.filter(node=node).first() or CollectionState(node=node)
+    history = list(NodeStatusPeriod.objects.filter(node=node).order_by("-started_at")[:STATUS_HISTORY_LENGTH])
+    alerts = sorted(
+        Alert.objects.open().about(AlertSubject.NODE, node.pk).order_by("-opened_at"),
+        key=lambda alert: _TIER_ORDER.get(alert.tier, len(_TIER_ORDER)),
+    )
+    reasons = sorted((state.rejected_by_reason or {}).items(), key=lambda item: (-int(item[1]), item[0]))
+    return NodeHealth(
+        collected=state.last_attempt_at is not None,
+        last_attempt_at=state.last_attempt_at,
+        last_success_at=state.last_success_at,
+        data_complete_to=state.data_complete_to,
+        lag_s=state.lag_s,
+        clock_skew_s=state.clock_skew_s,
+        consecutive_failures=state.consecutive_failures,
+        last_error=state.last_error,
+        records_stored=state.records_stored,
+        agent_dropped_total=state.agent_dropped_total,
+        rejected_total=state.records_rejected,
+        rejected_by_reason=[(reason, int(count)) for reason, count in reasons],
+        agent_version=state.agent_version,
+        driver_version=state.driver_version,
+        status_history=history,
+        open_alerts=alerts,
+    )

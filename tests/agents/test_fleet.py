@@ -1,0 +1,102 @@
+"""``python -m agents fleet``: N simulated agents in one process on consecutive ports."""
+
+import json
+import signal
+import subprocess
+import sys
+
+import pytest
+
+from agents.backends.sim import sim_gpu_uuid
+from agents.config import ConfigError
+from agents.fleet import plan_fleet, sync_token_file
+from tests.agents.agent_helpers import ROOT, free_port_run, get_json, wait_for
+
+
+def test_it_plans_the_demo_cluster():
+    plan = plan_fleet(nodes=8, models="H200:4,H100:2,L40S:2", base_port=9400, prefix="gpu-", mig="gpu-h100-01")
+    assert [(n.hostname, n.port, n.spec.short_name, n.mig) for n in plan] == [
+        ("gpu-h200-01", 9400, "H200", False), ("gpu-h200-02", 9401, "H200", False),
+        ("gpu-h200-03", 9402, "H200", False), ("gpu-h200-04", 9403, "H200", False),
+        ("gpu-h100-01", 9404, "H100", True), ("gpu-h100-02", 9405, "H100", False),
+        ("gpu-l40s-01", 9406, "L40S", False), ("gpu-l40s-02", 9407, "L40S", False),
+    ]
+
+
+def test_it_splits_nodes_evenly_without_counts():
+    plan = plan_fleet(nodes=8, models="H200,H100,L40S", base_port=9400, prefix="sim-")
+    assert [n.hostname for n in plan] == [
+        "sim-h200-01", "sim-h200-02", "sim-h200-03", "sim-h100-01", "sim-h100-02", "sim-h100-03",
+        "sim-l40s-01", "sim-l40s-02",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "key"),
+    [({"models": "H200,V100"}, "--models"), ({"models": "H200:2,H100"}, "--models"),
+     ({"nodes": 3, "models": "H200:2"}, "--nodes"), ({"models": "L40S", "mig": "gpu-l40s-01"}, "--mig"),
+     ({"models": "H200", "mig": "nope"}, "--mig"), ({"nodes": 1, "models": "H200,H100"}, "--nodes")],
+)
+def test_it_names_the_option_of_a_bad_plan(kwargs, key):
+    kwargs = {"nodes": None, "base_port": 9400, "prefix": "gpu-", **kwargs}
+    with pytest.raises(ConfigError) as error:
+        plan_fleet(**kwargs)
+    assert error.value.key == key
+
+
+def test_it_keeps_tokens_it_finds_and_adds_missing_ones(tmp_path):
+    path = tmp_path / "tokens.json"
+    plan = plan_fleet(nodes=2, models="H200", base_port=9500, prefix="gpu-")
+    path.write_text(json.dumps({"gpu-h200-01": {"url": "http://old:1", "token": "kept"}, "other": {"token": "x"}}))
+    entries = sync_token_file(path, plan, url_host="127.0.0.1", gpus=8)
+    assert entries["gpu-h200-01"] == {"url": "http://127.0.0.1:9500", "token": "kept", "model": "NVIDIA H200",
+                                      "gpus": 8, "mig": False}
+    assert len(entries["gpu-h200-02"]["token"]) >= 32 and entries["other"] == {"token": "x"}
+    assert json.loads(path.read_text()) == entries
+    assert path.stat().st_mode & 0o777 == 0o600
+    modified = path.stat().st_mtime_ns
+    assert sync_token_file(path, plan, url_host="127.0.0.1", gpus=8) == entries  # nothing changed: not rewritten
+    assert path.stat().st_mtime_ns == modified
+
+
+def test_it_runs_n_agents_on_consecutive_ports(tmp_path):
+    base = free_port_run(3)
+    token_file = tmp_path / "fleet.json"
+    command = [sys.executable, "-m", "agents", "fleet", "--nodes", "3", "--gpus", "2", "--models", "H200,H100,L40S",
+               "--base-port", str(base), "--token-file", str(token_file), "--spool-dir", str(tmp_path / "spools"),
+               "--speed", "600", "--start=-5m", "--mig", "gpu-h100-01", "--log-level", "warning"]
+    fleet = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_for(lambda: token_file.exists() and len(json.loads(token_file.read_text())) == 3, timeout=15,
+                 what="the token file")
+        tokens = json.loads(token_file.read_text())
+        assert [(host, entry["url"]) for host, entry in sorted(tokens.items(), key=lambda i: i[1]["url"])] == [
+            ("gpu-h200-01", f"http://127.0.0.1:{base}"), ("gpu-h100-01", f"http://127.0.0.1:{base + 1}"),
+            ("gpu-l40s-01", f"http://127.0.0.1:{base + 2}"),
+        ]
+
+        def healthy(url):
+            try:
+                return get_json(f"{url}/healthz", token=None)[1]["last_seq"] >= 6
+            except OSError:
+                return False
+
+        for hostname, entry in tokens.items():
+            wait_for(lambda entry=entry: healthy(entry["url"]), timeout=15, what=f"{hostname}")
+            status, inventory = get_json(f"{entry['url']}/v1/inventory", token=entry["token"])
+            assert status == 200 and inventory["host"] == hostname
+            assert inventory["gpus"][0]["uuid"] == sim_gpu_uuid(hostname, 0)
+            assert inventory["gpus"][0]["name"] == entry["model"]
+            assert inventory["gpus"][0]["mig_mode"] is (hostname == "gpu-h100-01")
+            status, page = get_json(f"{entry['url']}/v1/samples?after=0", token=entry["token"])
+            assert status == 200 and page["records"]
+        other = tokens["gpu-h100-01"]["token"]
+        assert get_json(f"{tokens['gpu-h200-01']['url']}/v1/samples", token=other)[0] == 401  # tokens differ
+        assert sorted(p.name for p in (tmp_path / "spools").iterdir() if p.suffix == ".sqlite") == [
+            "gpu-h100-01.sqlite", "gpu-h200-01.sqlite", "gpu-l40s-01.sqlite",
+        ]
+    finally:
+        fleet.send_signal(signal.SIGTERM)
+        out, err = fleet.communicate(timeout=15)
+    assert fleet.returncode == 0, err
+    assert out.splitlines()[0].startswith(f"gpu-h200-01\thttp://127.0.0.1:{base}\tH200 x2")
