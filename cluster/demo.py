@@ -16,6 +16,7 @@ from accounting.models import Membership, Project, Team
 from accounting.roles import ADMIN_GROUP, FINANCE_GROUP, TeamRole
 from cluster.choices import NodeStatus
 from cluster.models import Gpu, GpuModel, Node
+from cluster.services import node_status_set
 from cluster.units import share_from_fraction
 
 DEMO_PASSWORD = "cardhour-demo"  # noqa: S105 (the documented demo password)
@@ -74,7 +75,9 @@ def demo_gpu_uuid(hostname: str, index: int, mig_slot: int | None = None) -> str
 
 
 @transaction.atomic
-def load_demo() -> list[DemoLogin]:
+def load_demo(*, agents: dict | None = None) -> list[DemoLogin]:
+    """Load the data set. ``agents`` is the simulated fleet's token file (agents/fleet.py): hostname →
+    {"url", "token"}; its nodes get that URL and token so the collector can pull them."""
     models = {
         short: GpuModel.objects.update_or_create(name=name, defaults={"short_name": short, "memory_mib": mib})[0]
         for name, short, mib in GPU_MODELS
@@ -84,13 +87,19 @@ def load_demo() -> list[DemoLogin]:
         for number in range(1, count + 1):
             hostname = f"{prefix}-{number:02d}"
             status = NodeStatus.MAINTENANCE if hostname == MAINTENANCE_NODE else NodeStatus.UP
-            node, _created = Node.objects.update_or_create(
+            agent = (agents or {}).get(hostname, {})
+            node, created = Node.objects.update_or_create(
                 hostname=hostname,
                 defaults={
-                    "pool": pool, "status": status, "agent_url": f"http://127.0.0.1:{port}",
+                    "pool": pool, "agent_url": agent.get("url", f"http://127.0.0.1:{port}"),
                     "labels": {"rack": f"r{1 + port % 3}", "fabric": "ib" if pool == "train" else "eth"},
                 },
             )
+            if agent.get("token") and node.agent_token != agent["token"]:
+                node.agent_token = agent["token"]
+                node.save(update_fields=["agent_token"])
+            if created or (node.status != status and status == NodeStatus.MAINTENANCE):
+                node_status_set(node=node, status=status, reason="demo data set")
             port += 1
             _load_gpus(node, models[short])
     _load_teams_and_users()

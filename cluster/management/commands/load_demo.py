@@ -6,8 +6,17 @@ from cluster.demo import DEMO_PASSWORD, load_demo
 class Command(BaseCommand):
     help = "Load the demo cluster, teams and users (safe to run again: it changes nothing the second time)."
 
-    def handle(self, *args, **options):
-        logins = load_demo()
+    def add_arguments(self, parser):
+        parser.add_argument(
+            "--agents", metavar="FILE",
+            help="the simulated fleet's token file (python -m agents fleet --token-file): nodes get its URLs and tokens",
+        )
+
+    def handle(self, *args, agents=None, **options):
+        import json
+        from pathlib import Path
+
+        logins = load_demo(agents=json.loads(Path(agents).read_text()) if agents else None)
         self.stdout.write(self.style.SUCCESS(f"Demo data loaded. Logins (password '{DEMO_PASSWORD}' for all):"))
         for login in logins:
             self.stdout.write(f"  {login.username:<16} {login.role}")
