@@ -7,6 +7,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PORT ?= 8000
+AGENT_PORT ?= 9400
 PYTEST_ARGS ?=
 
 .PHONY: install demo test lint browser-deps messages bench clean
@@ -20,7 +21,7 @@ $(STAMP): pyproject.toml requirements.lock
 	@touch $(STAMP)
 
 demo: install
-	$(BIN)/python -m config.launcher --port $(PORT)
+	$(BIN)/python -m config.launcher --port $(PORT) --agent-port $(AGENT_PORT)
 
 lint: install
 	$(BIN)/ruff check .

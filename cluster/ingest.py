@@ -30,6 +30,8 @@ from datetime import datetime
 import psycopg
 from django.db import DataError, connection, transaction
 
+from cluster.rollups import MARK_CONFLICT
+
 # A session-local staging table, emptied before each use (a caller's outer transaction may span pages).
 STAGING_DDL = (
     "CREATE TEMP TABLE IF NOT EXISTS sample_staging (rec jsonb) ON COMMIT DELETE ROWS; TRUNCATE sample_staging"
@@ -153,15 +155,18 @@ dirty AS (
     -- A record covers the seconds [ts - interval_s, ts). Per GPU, every minute from the one holding
     -- the first covered second to the one holding the last is marked: one range per GPU instead of a
     -- row per record (a gap inside a page only dirties minutes whose recomputation finds nothing).
+    -- The conflict clause locks an existing mark until commit, so a rollup worker cannot claim it
+    -- and recompute without these rows (cluster/rollups.py).
     INSERT INTO cluster_dirtybucket (level, gpu_id, bucket)
     SELECT 'minute', r.gpu_id, b
     FROM (SELECT gpu_id, min(ts - make_interval(secs => interval_s)) AS first_s, max(ts) - interval '1 second' AS last_s
           FROM inserted GROUP BY gpu_id) r,
          generate_series(
-             date_bin('1 minute', r.first_s, TIMESTAMPTZ '2000-01-01 00:00:00+00'),
-             date_bin('1 minute', r.last_s, TIMESTAMPTZ '2000-01-01 00:00:00+00'),
+             date_bin('1 minute', r.first_s, TIMESTAMPTZ '1970-01-01 00:00:00+00'),
+             date_bin('1 minute', r.last_s, TIMESTAMPTZ '1970-01-01 00:00:00+00'),
              interval '1 minute') AS b
-    ON CONFLICT DO NOTHING
+    ORDER BY 2, 3
+    {MARK_CONFLICT}
     RETURNING 1
 ),
 errors AS (

@@ -1,9 +1,10 @@
 """``make demo``: one process that supervises the whole local Cardhour.
 
-Starts the embedded PostgreSQL and Redis (config/embedded.py), migrates, loads the demo data, then runs
-the web server (gunicorn), a Celery worker for every queue and Celery beat as child processes. Prints
-the URL and the demo logins, and on Ctrl-C (or when any child dies) stops every child and then the
-embedded servers.
+Starts the embedded PostgreSQL and Redis (config/embedded.py) and a simulated fleet of node agents
+(``python -m agents fleet``: 8 nodes × 8 GPUs, backfilling the last hours at an accelerated clock,
+then live), migrates, loads the demo data with the fleet's URLs and tokens, then runs the web server
+(gunicorn), a Celery worker for every queue and Celery beat as child processes. Prints the URL and the
+demo logins, and on Ctrl-C (or when any child dies) stops every child and then the embedded servers.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import time
 
 from config.embedded import BASE_DIR, VAR_DIR, local_environment
 
+FLEET_NODES = 8
 DEMO_DEFAULTS = {
     "DJANGO_SETTINGS_MODULE": "config.settings",
     "CARDHOUR_BUSINESS_TIME_ZONE": "Asia/Shanghai",
@@ -32,10 +34,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--port", type=int, default=int(os.environ.get("PORT", "8000")), help="web port (8000)")
     parser.add_argument("--no-load", action="store_true", help="skip loading the demo data set")
     parser.add_argument("--state", default="demo", help="folder under var/ for the embedded servers' data (demo)")
+    parser.add_argument("--agent-port", type=int, default=9400, help="port of the first simulated agent (9400)")
+    parser.add_argument("--backfill", default="-6h", help="how far back the simulated fleet starts (-6h)")
     args = parser.parse_args(argv)
 
     if _port_taken(args.host, args.port):
         print(f"Port {args.port} on {args.host} is in use: stop what holds it or run `make demo PORT=8001`.")
+        return 2
+    busy = [p for p in range(args.agent_port, args.agent_port + FLEET_NODES) if _port_taken("127.0.0.1", p)]
+    if busy:
+        print(f"Agent port(s) {busy} are in use: stop what holds them or run `make demo AGENT_PORT=9500`.")
         return 2
     for key, value in DEMO_DEFAULTS.items():
         os.environ.setdefault(key, value)
@@ -43,13 +51,24 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.update(local_environment(args.state))
     os.environ.setdefault("ALLOWED_HOSTS", f"{args.host},localhost,127.0.0.1")
 
+    state = VAR_DIR / args.state
+    tokens = state / "fleet-tokens.json"
+    fleet = subprocess.Popen(
+        [
+            sys.executable, "-m", "agents", "fleet", "--nodes", str(FLEET_NODES), "--gpus", "8",
+            "--models", "H200:4,H100:2,L40S:2", "--mig", "gpu-h100-01", "--base-port", str(args.agent_port),
+            "--token-file", str(tokens), "--spool-dir", str(state / "spools"),
+            f"--start={args.backfill}", "--speed", "120", "--log-level", "warning",
+        ],
+        cwd=BASE_DIR, start_new_session=True,
+    )
     manage = [sys.executable, str(BASE_DIR / "manage.py")]
     subprocess.run([*manage, "migrate", "--noinput", "-v", "0"], check=True)
     subprocess.run([*manage, "collectstatic", "--noinput", "-v", "0"], check=True)
+    _wait_for_file(tokens, fleet)
     if not args.no_load:
-        subprocess.run([*manage, "load_demo"], check=True)
+        subprocess.run([*manage, "load_demo", "--agents", str(tokens)], check=True)
 
-    state = VAR_DIR / args.state
     children = {
         "web": [
             sys.executable, "-m", "gunicorn", "config.wsgi", "--bind", f"{args.host}:{args.port}",
@@ -64,7 +83,8 @@ def main(argv: list[str] | None = None) -> int:
             "--schedule", str(state / "celerybeat-schedule"), "--pidfile", "",
         ],
     }
-    processes = {name: subprocess.Popen(cmd, cwd=BASE_DIR, start_new_session=True) for name, cmd in children.items()}
+    processes = {"agents": fleet}
+    processes.update({name: subprocess.Popen(cmd, cwd=BASE_DIR, start_new_session=True) for name, cmd in children.items()})
     stopping = False
 
     def stop(*_args):
@@ -76,7 +96,8 @@ def main(argv: list[str] | None = None) -> int:
     _wait_for_port(args.host, args.port, processes["web"])
     print(
         f"\nCardhour is running at http://{args.host}:{args.port}/  (Ctrl-C stops everything)\n"
-        "Logins are printed above (password 'cardhour-demo' for all).\n",
+        "Logins are printed above (password 'cardhour-demo' for all). The simulated agents backfill\n"
+        f"the last hours ({args.backfill}) quickly, then sample live; node pages fill as collection runs.\n",
         flush=True,
     )
     exit_code = 0
@@ -103,6 +124,14 @@ def _stop_all(processes: dict[str, subprocess.Popen], timeout_s: float = 15.0) -
         except subprocess.TimeoutExpired:
             os.killpg(process.pid, signal.SIGKILL)
             process.wait()
+
+
+def _wait_for_file(path, process: subprocess.Popen, timeout_s: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not path.exists():
+        if process.poll() is not None or time.monotonic() > deadline:
+            raise SystemExit(f"the simulated fleet did not write {path} (exit code {process.poll()})")
+        time.sleep(0.1)
 
 
 def _port_taken(host: str, port: int) -> bool:

@@ -23,7 +23,8 @@ def django_db_modify_db_settings(django_db_modify_db_settings_parallel_suffix):
     from django.conf import settings as django_settings
 
     test = django_settings.DATABASES["default"].setdefault("TEST", {})
-    test.setdefault("NAME", f"test_cardhour_{os.getpid()}")
+    # Django fills TEST with NAME None, so setdefault() would not do.
+    test["NAME"] = test.get("NAME") or f"test_cardhour_{os.getpid()}"
 
 
 @pytest.fixture(autouse=True)
