@@ -94,7 +94,8 @@ def _gpu_labels(frame: pd.DataFrame) -> dict[int, str]:
     ].itertuples(index=False):
         label = gettext("GPU %(index)s") % {"index": index}
         if pd.notna(parent):
-            label = f"{label} · {profile or gettext('MIG')}"
+            mig = profile or gettext("MIG")
+            label = f"{label} · {mig}"
         seen[label] = seen.get(label, 0) + 1
         labels[gpu_id] = label if seen[label] == 1 else f"{label} ({seen[label]})"
     return labels

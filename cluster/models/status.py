@@ -19,6 +19,7 @@ class NodeStatusPeriod(models.Model):
     class Meta:
         ordering = ["node", "-started_at"]
         verbose_name = _("node status period")
+        verbose_name_plural = _("node status periods")
         indexes = [models.Index(fields=["node", "started_at"])]
         constraints = [
             models.UniqueConstraint(fields=["node"], condition=models.Q(ended_at__isnull=True), name="one_open_status_period"),
@@ -64,6 +65,7 @@ class Alert(models.Model):
     class Meta:
         ordering = ["-opened_at"]
         verbose_name = _("alert")
+        verbose_name_plural = _("alerts")
         indexes = [models.Index(fields=["subject_type", "subject_id", "kind"])]
         constraints = [
             models.UniqueConstraint(

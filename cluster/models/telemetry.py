@@ -33,6 +33,7 @@ class Sample(models.Model):
 
     class Meta:
         verbose_name = _("sample")
+        verbose_name_plural = _("samples")
         indexes = [models.Index(fields=["ts"], name="sample_ts")]
         constraints = [
             models.CheckConstraint(condition=models.Q(interval_s__gte=1, interval_s__lte=3600), name="sample_interval"),
@@ -49,7 +50,7 @@ class Sample(models.Model):
 class RollupFields(models.Model):
     """Overlap-weighted aggregates of the samples that cover a bucket (DESIGN.md §3)."""
 
-    util_mean = models.FloatField(null=True, help_text=_("Mean utilization % over util_covered_s."))
+    util_mean = models.FloatField(null=True, help_text=_("Mean utilization (percent) over the seconds that have a utilization."))
     util_max = models.FloatField(null=True)
     util_mem_mean = models.FloatField(null=True)
     mem_used_max_mib = models.IntegerField(null=True)
@@ -80,6 +81,7 @@ class MinuteRollup(RollupFields):
 
     class Meta:
         verbose_name = _("minute rollup")
+        verbose_name_plural = _("minute rollups")
         indexes = [models.Index(fields=["bucket"], name="minuterollup_bucket")]
 
 
@@ -94,6 +96,7 @@ class HourRollup(RollupFields):
 
     class Meta:
         verbose_name = _("hour rollup")
+        verbose_name_plural = _("hour rollups")
         indexes = [models.Index(fields=["bucket"], name="hourrollup_bucket")]
 
 
@@ -112,6 +115,7 @@ class DirtyBucket(models.Model):
 
     class Meta:
         verbose_name = _("dirty rollup bucket")
+        verbose_name_plural = _("dirty rollup buckets")
 
     def __str__(self) -> str:
         return f"{self.level} gpu {self.gpu_id} @ {self.bucket:%Y-%m-%d %H:%M}"
@@ -143,6 +147,7 @@ class CollectionState(models.Model):
 
     class Meta:
         verbose_name = _("collection state")
+        verbose_name_plural = _("collection states")
 
     def __str__(self) -> str:
         return f"{self.node} @ {self.spool_id}:{self.cursor}"
