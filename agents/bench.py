@@ -102,14 +102,27 @@ def measure_process(*, cycles: int, gpus: int, interval_s: int, folder: Path, ti
             if not page["more"]:
                 time.sleep(0.05)
     finally:
+        peak_kib = _peak_rss_kib(process.pid)
         process.send_signal(signal.SIGTERM)
         usage = _reap(process, timeout_s=10)
     return {
         "agent_records_served": served,
-        "agent_peak_rss_mib": round(usage.ru_maxrss / 1024, 1),  # ru_maxrss is KiB on Linux
+        # VmHWM of the agent's own image: wait4's ru_maxrss would also count the parent's pages the child
+        # shared between fork and exec (a big benchmarking parent made it read 1.5 GiB).
+        "agent_peak_rss_mib": round((peak_kib or usage.ru_maxrss) / 1024, 1),
         "agent_cpu_s": round(usage.ru_utime + usage.ru_stime, 3),
         "agent_exit_code": process.returncode,
     }
+
+
+def _peak_rss_kib(pid: int) -> int | None:
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1])
+    except OSError:
+        return None
+    return None
 
 
 def measure_agent(*, cycles: int = 360, gpus: int = 8, interval_s: int = 10) -> dict[str, Any]:
