@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections import Counter
 from fractions import Fraction
 
-from django.db import transaction
+from django.db import IntegrityError, transaction
 
 from cluster.choices import GpuStatus
 from cluster.models import Gpu, GpuModel, Node
@@ -14,16 +14,24 @@ from cluster.units import WHOLE_GPU_SHARE, share_from_fraction
 
 
 def gpu_model_for(name: str, memory_mib: int | None) -> GpuModel:
-    """The catalogue entry for an NVML name, created with a derived short name when first seen."""
-    model = GpuModel.objects.filter(name=name).first()
-    if model is not None:
-        return model
-    short = _short_name(name)
-    taken = set(GpuModel.objects.filter(short_name__startswith=short).values_list("short_name", flat=True))
-    candidate, n = short, 2
-    while candidate in taken:
-        candidate, n = f"{short}-{n}", n + 1
-    return GpuModel.objects.create(name=name, short_name=candidate, memory_mib=memory_mib or 0)
+    """The catalogue entry for an NVML name, created with a derived short name when first seen.
+
+    Two collections may meet the same new name at once: the loser of the insert uses the winner's row."""
+    for _attempt in range(3):
+        model = GpuModel.objects.filter(name=name).first()
+        if model is not None:
+            return model
+        short = _short_name(name)
+        taken = set(GpuModel.objects.filter(short_name__startswith=short).values_list("short_name", flat=True))
+        candidate, n = short, 2
+        while candidate in taken:
+            candidate, n = f"{short}-{n}", n + 1
+        try:
+            with transaction.atomic():
+                return GpuModel.objects.create(name=name, short_name=candidate, memory_mib=memory_mib or 0)
+        except IntegrityError:
+            continue  # another transaction committed this name (or took this short name) first
+    return GpuModel.objects.get(name=name)
 
 
 def _short_name(name: str) -> str:
