@@ -1,6 +1,9 @@
 """Inventory filters, shared by the inventory page and the API (one definition of what a filter means)."""
 
+from datetime import date
+
 from django import forms
+from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db.models import Prefetch
 from django.utils.translation import gettext_lazy as _
 
@@ -39,3 +42,24 @@ def nodes_with_gpus():
     gpus = Gpu.objects.filter(mig_parent__isnull=True).select_related("model").prefetch_related("mig_instances")
     # Explicit order: Meta.ordering is not applied to GROUP BY (annotated) queries.
     return Node.objects.with_gpu_counts().prefetch_related(Prefetch("gpus", queryset=gpus, to_attr="whole_gpus")).order_by("hostname")
+
+
+FIRST_DAY, LAST_DAY = date(1970, 1, 2), date(9999, 12, 30)  # a day's window must fit in a datetime
+DAY_RULE = _("The “day” parameter must be a date written YYYY-MM-DD, for example 2026-11-02.")
+
+
+class NodeDayForm(forms.Form):
+    """``?day=YYYY-MM-DD``: the business-zone day the node page charts (empty: today)."""
+
+    day = forms.DateField(
+        label=_("Day"), required=False, input_formats=["%Y-%m-%d"],
+        error_messages={"invalid": DAY_RULE},
+        validators=[MinValueValidator(FIRST_DAY, DAY_RULE), MaxValueValidator(LAST_DAY, DAY_RULE)],
+        widget=forms.DateInput(attrs={"type": "date"}, format="%Y-%m-%d"),
+    )
+
+    def chosen_day(self, *, today: date) -> date:
+        """The valid day asked for, else today (the form then carries the error to show)."""
+        if self.is_bound and self.is_valid() and self.cleaned_data["day"]:
+            return self.cleaned_data["day"]
+        return today

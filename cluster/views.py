@@ -1,16 +1,13 @@
-from datetime import date, timedelta
+from datetime import timedelta
 
-from django import forms
 from django.conf import settings
 from django.contrib.auth.decorators import login_required
-from django.core.validators import MaxValueValidator, MinValueValidator
 from django.shortcuts import get_object_or_404, render
 from django.utils import timezone
 from django.utils.translation import gettext
-from django.utils.translation import gettext_lazy as _
 
 from cluster import charts
-from cluster.filters import NodeFilterForm, nodes_with_gpus
+from cluster.filters import FIRST_DAY, NodeDayForm, NodeFilterForm, nodes_with_gpus
 from cluster.selectors import inventory_summary
 from cluster.telemetry_selectors import (
     business_day_bounds,
@@ -34,27 +31,6 @@ def inventory(request):
         request, "cluster/inventory.html",
         {"form": form, "nodes": nodes, "summary": inventory_summary(nodes), "filtered": form.is_bound},
     )
-
-
-FIRST_DAY, LAST_DAY = date(1970, 1, 2), date(9999, 12, 30)  # a day's window must fit in a datetime
-DAY_RULE = _("The “day” parameter must be a date written YYYY-MM-DD, for example 2026-11-02.")
-
-
-class NodeDayForm(forms.Form):
-    """``?day=YYYY-MM-DD``: the business-zone day the node page charts (empty: today)."""
-
-    day = forms.DateField(
-        label=_("Day"), required=False, input_formats=["%Y-%m-%d"],
-        error_messages={"invalid": DAY_RULE},
-        validators=[MinValueValidator(FIRST_DAY, DAY_RULE), MaxValueValidator(LAST_DAY, DAY_RULE)],
-        widget=forms.DateInput(attrs={"type": "date"}, format="%Y-%m-%d"),
-    )
-
-    def chosen_day(self, *, today: date) -> date:
-        """The valid day asked for, else today (the form then carries the error to show)."""
-        if self.is_bound and self.is_valid() and self.cleaned_data["day"]:
-            return self.cleaned_data["day"]
-        return today
 
 
 def chart_text() -> charts.ChartText:
