@@ -1,4 +1,13 @@
 from cluster.models.inventory import Gpu, GpuModel, Node
+from cluster.models.jobs import (
+    Allocation,
+    AllocationOrigin,
+    IdentityKind,
+    Job,
+    JobSource,
+    JobState,
+    TeamIdentity,
+)
 from cluster.models.status import Alert, NodeStatusPeriod
 from cluster.models.telemetry import (
     CollectionState,
@@ -10,6 +19,7 @@ from cluster.models.telemetry import (
 )
 
 __all__ = [
-    "Alert", "CollectionState", "DirtyBucket", "Gpu", "GpuModel", "HourRollup", "MinuteRollup", "Node",
-    "NodeStatusPeriod", "RollupLevel", "Sample",
+    "Alert", "Allocation", "AllocationOrigin", "CollectionState", "DirtyBucket", "Gpu", "GpuModel", "HourRollup",
+    "IdentityKind", "Job", "JobSource", "JobState", "MinuteRollup", "Node", "NodeStatusPeriod", "RollupLevel",
+    "Sample", "TeamIdentity",
 ]
