@@ -3,7 +3,7 @@ from django.contrib import admin, messages
 from django.db import models
 from django.utils.translation import gettext_lazy as _
 
-from cluster.models import Gpu, GpuModel, Node
+from cluster.models import Alert, Allocation, Gpu, GpuModel, Job, Node, NodeStatusPeriod, TeamIdentity
 from cluster.services import agent_config_line, node_status_set, node_token_rotate
 
 
@@ -14,7 +14,7 @@ class GpuModelAdmin(admin.ModelAdmin):
 
 
 def _formfield(field, **kwargs):
-    # Agent URLs on a cluster network are plain http; also silences Django 6's https-default warning.
+    # Agent URLs on a cluster network are plain http (also what Django 6 will no longer assume).
     if isinstance(field, models.URLField):
         kwargs.setdefault("assume_scheme", "http")
     return field.formfield(**kwargs)
@@ -48,6 +48,7 @@ class GpuInline(admin.TabularInline):
 @admin.register(Node)
 class NodeAdmin(admin.ModelAdmin):
     form = NodeAdminForm
+    formfield_overrides = {models.URLField: {"assume_scheme": "http"}}  # as _formfield, for the admin's own form
     list_display = ["hostname", "pool", "status", "last_seen_at"]
     list_filter = ["pool", "status"]
     search_fields = ["hostname"]
@@ -80,3 +81,56 @@ class GpuAdmin(admin.ModelAdmin):
     search_fields = ["uuid", "node__hostname"]
     list_select_related = ["node", "model"]
     raw_id_fields = ["mig_parent"]
+
+
+class AllocationInline(admin.TabularInline):
+    model = Allocation
+    extra = 0
+    fields = ["gpu", "gpu_model", "share", "start", "end", "origin"]
+    raw_id_fields = ["gpu"]
+
+
+@admin.register(Job)
+class JobAdmin(admin.ModelAdmin):
+    list_display = ["external_id", "source", "name", "user", "team", "state", "gpu_count", "start_time", "end_time"]
+    list_filter = ["source", "state", "team"]
+    search_fields = ["external_id", "name", "user"]
+    list_select_related = ["team"]
+    raw_id_fields = ["project"]
+    inlines = [AllocationInline]
+
+
+@admin.register(TeamIdentity)
+class TeamIdentityAdmin(admin.ModelAdmin):
+    """Which team a unix user's or Slurm account's GPU usage belongs to."""
+
+    list_display = ["kind", "name", "team", "project"]
+    list_filter = ["kind", "team"]
+    search_fields = ["name"]
+
+
+@admin.register(Alert)
+class AlertAdmin(admin.ModelAdmin):
+    list_display = ["opened_at", "tier", "kind", "subject_label", "last_seen_at", "closed_at"]
+    list_filter = ["tier", "kind", "subject_type"]
+    search_fields = ["subject_label", "message"]
+    readonly_fields = [f.name for f in Alert._meta.fields]
+
+    def has_add_permission(self, request):
+        return False
+
+
+@admin.register(NodeStatusPeriod)
+class NodeStatusPeriodAdmin(admin.ModelAdmin):
+    """The history is written by status changes (collector, admin edits of a node), never by hand."""
+
+    list_display = ["node", "status", "started_at", "ended_at", "reason"]
+    list_filter = ["status"]
+    search_fields = ["node__hostname"]
+    readonly_fields = ["node", "status", "started_at", "ended_at", "reason"]
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
