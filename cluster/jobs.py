@@ -11,7 +11,7 @@ from datetime import datetime
 from decimal import Decimal
 from enum import StrEnum
 
-from django.db import transaction
+from django.db import IntegrityError, transaction
 
 from cluster.models import Allocation, AllocationOrigin, Gpu, GpuModel, Job, JobState
 from cluster.units import TICKS_PER_GPU_SECOND
@@ -79,18 +79,34 @@ def unplaced_share(gpu_count: Decimal) -> int:
     return int(gpu_count * TICKS_PER_GPU_SECOND)
 
 
-@transaction.atomic
 def job_upsert(data: JobInput) -> tuple[Job, Outcome]:
-    """Create or update the run keyed by (source, external id, start time), and its allocations."""
+    """Create or update the run keyed by (source, external id, start time), and its allocations.
+
+    Two first reports of one run at once (a prolog retried, two hooks) meet at the unique key: the
+    loser retries and finds the winner's row."""
     problems = data.problems()
     if problems:
         raise ValueError("; ".join(f"{name}: {rule}" for name, rule in problems.items()))
-    job = (
-        Job.objects.select_for_update()
-        .filter(source=data.source, external_id=data.external_id, start_time=data.start_time)
-        .first()
-    )
+    for attempt in range(2):
+        try:
+            with transaction.atomic():
+                return _upsert(data)
+        except IntegrityError as error:
+            if attempt or "job_one_row_per_run" not in str(error):
+                raise
+    raise AssertionError("unreachable")
+
+
+def _upsert(data: JobInput) -> tuple[Job, Outcome]:
+    runs = Job.objects.select_for_update().filter(source=data.source, external_id=data.external_id)
+    job = runs.filter(start_time=data.start_time).first()
     outcome = Outcome.UNCHANGED
+    if job is None and data.start_time is not None:
+        # A run first reported pending (no start) that has now started: the same run, not a new one.
+        job = runs.filter(start_time__isnull=True, state=JobState.PENDING).first()
+        if job is not None:
+            job.start_time = data.start_time
+            outcome = Outcome.UPDATED
     if job is None:
         job = Job(source=data.source, external_id=data.external_id, start_time=data.start_time)
         outcome = Outcome.CREATED

@@ -1,12 +1,14 @@
 from rest_framework.routers import DefaultRouter
 
 from accounting.api import views as accounting_api
+from cluster.api import job_views
 from cluster.api import views as cluster_api
 
 router = DefaultRouter()
 router.register("gpu-models", cluster_api.GpuModelViewSet, basename="gpumodel")
 router.register("nodes", cluster_api.NodeViewSet, basename="node")
 router.register("gpus", cluster_api.GpuViewSet, basename="gpu")
+router.register("jobs", job_views.JobViewSet, basename="job")
 router.register("teams", accounting_api.TeamViewSet, basename="team")
 router.register("projects", accounting_api.ProjectViewSet, basename="project")
 router.register("memberships", accounting_api.MembershipViewSet, basename="membership")

@@ -224,6 +224,9 @@ SPECTACULAR_SETTINGS = {
     "ENUM_NAME_OVERRIDES": {
         "NodeStatusEnum": "cluster.choices.NodeStatus",
         "GpuStatusEnum": "cluster.choices.GpuStatus",
+        "JobSourceEnum": "cluster.models.jobs.JobSource",
+        "JobStateEnum": "cluster.models.jobs.JobState",
+        "AllocationOriginEnum": "cluster.models.jobs.AllocationOrigin",
     },
 }
 
@@ -266,6 +269,17 @@ TELEMETRY_ERROR_QUIET_S = env_int("TELEMETRY_ERROR_QUIET_S", 3600, minimum=60)
 TELEMETRY_RAW_RETENTION_DAYS = env_int("TELEMETRY_RAW_RETENTION_DAYS", 8, minimum=1)
 TELEMETRY_MINUTE_RETENTION_DAYS = env_int("TELEMETRY_MINUTE_RETENTION_DAYS", 400, minimum=1)
 
+# Observed usage: processes the agents see become jobs and allocations (cluster/observed.py).
+OBSERVED_SCAN_EVERY_S = env_int("OBSERVED_SCAN_EVERY_S", 60, minimum=1)
+# Presence of one process identity at most this far apart is one range (two missed 10 s samples, a job
+# step ending and the next starting); a longer pause splits it, and an observed job's run ends.
+OBSERVED_GAP_S = env_int("OBSERVED_GAP_S", 30, minimum=0)
+# Each scan rereads this much before where the last one left a node (the merge is idempotent).
+OBSERVED_OVERLAP_S = env_int("OBSERVED_OVERLAP_S", 300, minimum=0)
+# A node with no observed usage that recent is read this far back from its newest sample (covers the
+# demo fleet's 6-hour backfill); until the scan keeps a watermark, it bounds what a scan may miss.
+OBSERVED_LOOKBACK_S = env_int("OBSERVED_LOOKBACK_S", 6 * 3600, minimum=60)
+
 # Periodic work; each entry expires before its next run so a stalled queue never piles them up.
 CELERY_BEAT_SCHEDULE = {
     "collect": {
@@ -275,6 +289,10 @@ CELERY_BEAT_SCHEDULE = {
     "rollup": {"task": "cluster.tasks.rollup_pending", "schedule": 30.0, "options": {"expires": 30}},
     "close-quiet-alerts": {"task": "cluster.tasks.close_quiet_alerts", "schedule": 300.0, "options": {"expires": 300}},
     "prune-telemetry": {"task": "cluster.tasks.prune_telemetry", "schedule": 3600.0, "options": {"expires": 3600}},
+    "observed-usage": {
+        "task": "cluster.tasks.observed_scan", "schedule": OBSERVED_SCAN_EVERY_S,
+        "options": {"expires": OBSERVED_SCAN_EVERY_S},
+    },
 }
 
 EMAIL_BACKEND = env_str("EMAIL_BACKEND", "django.core.mail.backends.smtp.EmailBackend")

@@ -5,6 +5,9 @@ import pytest
 from django.urls import reverse
 
 from accounting.models import Membership, Project, Team
+from cluster.jobs import JobInput, job_upsert
+from cluster.models import Job
+from tests.conftest import T0
 
 pytestmark = pytest.mark.django_db
 
@@ -13,10 +16,12 @@ API_LISTS = [
     ("/api/v1/teams/", lambda row: row["slug"]),
     ("/api/v1/projects/", lambda row: row["team"]),
     ("/api/v1/memberships/", lambda row: row["team"]),
+    ("/api/v1/jobs/", lambda row: row["team"]),
 ]
 # (page, the context list of team rows, how a row names its team)
 PAGE_LISTS = [
     ("accounting:team-list", "teams", lambda team: team.slug),
+    ("cluster:job-list", "jobs", lambda job: job.team.slug),
 ]
 
 
@@ -24,17 +29,23 @@ def objects_of(team):
     """Detail URLs of a team's objects, for pages and the API."""
     project = Project.objects.filter(team=team).first()
     membership = Membership.objects.filter(team=team).first()
+    job = Job.objects.filter(team=team).first()
     return [
         reverse("accounting:team-detail", args=[team.slug]),
         f"/api/v1/teams/{team.slug}/",
         f"/api/v1/projects/{project.pk}/",
         f"/api/v1/memberships/{membership.pk}/",
+        f"/api/v1/jobs/{job.pk}/",
+        reverse("cluster:job-detail", args=[job.pk]),
     ]
 
 
 @pytest.fixture
 def both_teams(lead_a, engineer_a, lead_b, engineer_b):
-    return Team.objects.get(slug="alpha"), Team.objects.get(slug="beta")
+    teams = Team.objects.get(slug="alpha"), Team.objects.get(slug="beta")
+    for team in teams:
+        job_upsert(JobInput(source="slurm", external_id=f"{team.slug}-1", start_time=T0, team=team))
+    return teams
 
 
 @pytest.mark.parametrize("who", ["lead_a", "engineer_a"])
