@@ -20,6 +20,7 @@ def navigation(request):
         return {"nav_entries": [], "nav_roles": []}
     entries = [
         NavEntry(_("Inventory"), reverse("cluster:inventory"), "inventory"),
+        NavEntry(_("Jobs"), reverse("cluster:job-list"), "jobs"),
         NavEntry(_("Teams"), reverse("accounting:team-list"), "teams"),
         NavEntry(_("API tokens"), reverse("accounting:token-list"), "tokens"),
     ]

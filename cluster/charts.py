@@ -92,6 +92,36 @@ def memory_figure(
     )
 
 
+IDLE_THRESHOLD = "idle_threshold"
+
+
+def job_utilization_figure(
+    df: pd.DataFrame, *, title: str, idle_threshold_pct: float, threshold_label: str,
+    run_ms: tuple[int, int] | None = None, partial_after_ms: int | None = None, display_zone: tzinfo = UTC,
+    text: ChartText = ChartText(),
+) -> dict:
+    """A job's GPUs' mean utilization per minute over its run (``run_ms``, true epoch ms), as
+    :func:`utilization_figure` draws it, with the idle threshold as a dashed line: allocated minutes
+    below it count idle (DESIGN.md §4). ``df``: rows of :func:`cluster.job_selectors.job_usage`."""
+    figure = utilization_figure(
+        df, title=title, partial_after_ms=partial_after_ms, x_range_ms=run_ms, display_zone=display_zone, text=text,
+    )
+    layout = figure["layout"]
+    line = {
+        "type": "line", "xref": "paper", "x0": 0, "x1": 1, "yref": "y", "y0": idle_threshold_pct,
+        "y1": idle_threshold_pct, "line": {"color": MUTED, "width": 1, "dash": "dash"}, "layer": "below",
+        "name": IDLE_THRESHOLD,
+    }
+    label = {
+        "text": threshold_label, "xref": "paper", "yref": "y", "x": 0, "y": idle_threshold_pct, "xanchor": "left",
+        "yanchor": "bottom", "showarrow": False, "font": {"size": 11, "color": MUTED},
+    }
+    return {
+        "data": figure["data"],
+        "layout": {**layout, "shapes": [*layout["shapes"], line], "annotations": [*layout["annotations"], label]},
+    }
+
+
 def wall_clock_ms(epoch_ms: int, zone: tzinfo) -> int:
     """The epoch ms whose UTC reading is the wall-clock time of ``epoch_ms`` in ``zone``."""
     offset = datetime.fromtimestamp(epoch_ms / 1000, zone).utcoffset()

@@ -269,6 +269,9 @@ TELEMETRY_ERROR_QUIET_S = env_int("TELEMETRY_ERROR_QUIET_S", 3600, minimum=60)
 TELEMETRY_RAW_RETENTION_DAYS = env_int("TELEMETRY_RAW_RETENTION_DAYS", 8, minimum=1)
 TELEMETRY_MINUTE_RETENTION_DAYS = env_int("TELEMETRY_MINUTE_RETENTION_DAYS", 400, minimum=1)
 
+# Usage states (DESIGN.md §4): an allocated GPU-minute below this mean utilization is idle.
+CARDHOUR_IDLE_THRESHOLD_PCT = env_int("CARDHOUR_IDLE_THRESHOLD_PCT", 5, minimum=0)
+
 # Observed usage: processes the agents see become jobs and allocations (cluster/observed.py).
 OBSERVED_SCAN_EVERY_S = env_int("OBSERVED_SCAN_EVERY_S", 60, minimum=1)
 # Presence of one process identity at most this far apart is one range (two missed 10 s samples, a job
