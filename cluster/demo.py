@@ -15,7 +15,7 @@ from django.utils.text import slugify
 from accounting.models import Membership, Project, Team
 from accounting.roles import ADMIN_GROUP, FINANCE_GROUP, TeamRole
 from cluster.choices import NodeStatus
-from cluster.models import Gpu, GpuModel, Node
+from cluster.models import Gpu, GpuModel, IdentityKind, Node, TeamIdentity
 from cluster.services import node_status_set
 from cluster.units import share_from_fraction
 
@@ -47,6 +47,16 @@ TEAMS = [
     ("Vision Research", "vision", "CC-2040", ["Detection", "Video generation"]),
     ("Inference Platform", "inference", "CC-1200", ["Serving", "Evaluation"]),
 ]
+
+# The simulated fleet's unix users (agents/backends/sim_workloads.py USERS) and the team slug and
+# project their GPU processes are charged to, so the jobs observed on the demo fleet have teams.
+UNIX_USERS = {
+    "alice": ("llm", "Pretraining"), "bob": ("llm", "Pretraining"), "carol": ("llm", "Alignment"),
+    "dave": ("llm", "Alignment"), "erin": ("vision", "Detection"), "frank": ("vision", "Detection"),
+    "grace": ("vision", "Video generation"), "heidi": ("vision", "Video generation"),
+    "ivan": ("inference", "Serving"), "judy": ("inference", "Serving"), "wei": ("inference", "Evaluation"),
+    "lin": ("inference", "Evaluation"),
+}
 
 
 @dataclass(frozen=True)
@@ -133,6 +143,12 @@ def _load_teams_and_users() -> None:
         teams[slug] = team
         for project in projects:
             Project.objects.get_or_create(team=team, slug=slugify(project), defaults={"name": project})
+    for unix_user, (slug, project) in UNIX_USERS.items():
+        # get_or_create: a mapping an admin has since changed is left as it is
+        TeamIdentity.objects.get_or_create(
+            kind=IdentityKind.UNIX_USER, name=unix_user,
+            defaults={"team": teams[slug], "project": Project.objects.get(team=teams[slug], slug=slugify(project))},
+        )
     user_model = get_user_model()
     for username, full_name, group, memberships in USERS:
         first, last = full_name.split(" ", 1)

@@ -24,7 +24,7 @@ from django.db.models.functions import Coalesce
 from django.utils.translation import gettext
 
 from cluster.job_kpis import AllocationSpan, MinuteUsage, RunRecord
-from cluster.models import Allocation, Job, JobState, MinuteRollup
+from cluster.models import Allocation, AllocationOrigin, Job, JobState, MinuteRollup
 from cluster.telemetry_selectors import business_day_bounds
 
 USAGE_COLUMNS = ["gpu_id", "gpu", "bucket_ms", "util_mean", "util_max", "coverage", "util_covered_s"]
@@ -175,7 +175,12 @@ def minutes_of(usage: pd.DataFrame) -> list[MinuteUsage]:
 
 
 def spans_of(allocations: list[Allocation]) -> list[AllocationSpan]:
-    return [AllocationSpan(gpu_id=a.gpu_id, share=a.share, start=a.start, end=a.end) for a in allocations]
+    """The spans that count the job's usage, once (``AllocationQuerySet.counted`` in Python, for one
+    job's already-fetched allocations): placed scheduler ones if any, else observed ones, else unplaced."""
+    placed = [a for a in allocations if a.origin == AllocationOrigin.SCHEDULER and a.gpu_id is not None]
+    observed = [a for a in allocations if a.origin == AllocationOrigin.OBSERVED]
+    counted = placed or observed or [a for a in allocations if a.gpu_id is None]
+    return [AllocationSpan(gpu_id=a.gpu_id, share=a.share, start=a.start, end=a.end) for a in counted]
 
 
 def job_runs(job: Job, *, user) -> list[Job]:

@@ -61,6 +61,14 @@ def prune_telemetry() -> dict:
         return prune(now=timezone.now()) if locked else {}
 
 
+@shared_task(name="cluster.tasks.observed_scan", ignore_result=True)
+def observed_scan() -> dict:
+    """Turn the processes the agents saw into jobs and observed allocations (one scan at a time)."""
+    from cluster.observed import observed_scan as run
+
+    return run()
+
+
 @shared_task(name="cluster.tasks.close_quiet_alerts", ignore_result=True)
 def close_quiet_alerts() -> int:
     from cluster.collector import close_quiet_gpu_alerts

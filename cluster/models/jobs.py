@@ -99,6 +99,11 @@ class Job(models.Model):
             models.Index(fields=["user"]),
             models.Index(fields=["state"]),
             models.Index(fields=["start_time"]),
+            models.Index(fields=["updated_at"]),
+            models.Index(
+                fields=["external_id"], opclasses=["text_pattern_ops"], condition=models.Q(source="slurm"),
+                name="job_slurm_id_prefix",
+            ),
         ]
         constraints = [
             models.UniqueConstraint(
@@ -129,6 +134,20 @@ class AllocationOrigin(models.TextChoices):
     OBSERVED = "observed", _("Observed process")
 
 
+class AllocationQuerySet(models.QuerySet):
+    def counted(self) -> AllocationQuerySet:
+        """The allocations that count a job's usage, once: its placed scheduler allocations if it has
+        any, else its observed ones, else its unplaced one (docs/decisions.md, observed usage)."""
+        placed = Allocation.objects.filter(
+            job=models.OuterRef("job"), origin=AllocationOrigin.SCHEDULER, gpu__isnull=False
+        )
+        observed = Allocation.objects.filter(job=models.OuterRef("job"), origin=AllocationOrigin.OBSERVED)
+        return self.exclude(models.Q(origin=AllocationOrigin.OBSERVED) & models.Exists(placed)).exclude(
+            models.Q(origin=AllocationOrigin.SCHEDULER, gpu__isnull=True)
+            & (models.Exists(placed) | models.Exists(observed))
+        )
+
+
 class Allocation(models.Model):
     """A GPU (or a share of one) held by a job over a time range. Without a GPU it is *unplaced*: the
     job's GPUs are unknown, and ``share`` holds all of its GPUs (DESIGN.md §4)."""
@@ -144,14 +163,21 @@ class Allocation(models.Model):
         _("share"), help_text=_("GPU share in 1/840,000 of a GPU (= ticks per second); unplaced: all the job's GPUs.")
     )
     start = models.DateTimeField(_("from"))
-    end = models.DateTimeField(_("until"), null=True, blank=True, help_text=_("Empty while the job runs."))
+    end = models.DateTimeField(
+        _("until"), null=True, blank=True,
+        help_text=_("Empty while a scheduler's job runs; an observed allocation ends where its process was last seen."),
+    )
     origin = models.CharField(_("origin"), max_length=16, choices=AllocationOrigin.choices, default=AllocationOrigin.SCHEDULER)
+
+    objects = AllocationQuerySet.as_manager()
 
     class Meta:
         ordering = ["job", "gpu", "start"]
         verbose_name = _("allocation")
         verbose_name_plural = _("allocations")
-        indexes = [models.Index(fields=["gpu", "start"]), models.Index(fields=["start"])]
+        indexes = [
+            models.Index(fields=["gpu", "start"]), models.Index(fields=["start"]), models.Index(fields=["origin", "end"]),
+        ]
         constraints = [
             models.CheckConstraint(condition=models.Q(share__gt=0), name="allocation_share_positive"),
             models.CheckConstraint(

@@ -91,3 +91,16 @@ def test_two_first_reports_at_once_make_one_row(team_a):
     assert errors == []
     assert Job.objects.count() == 1
     assert Allocation.objects.count() == 1
+
+
+def test_a_job_counts_its_usage_once_whichever_ways_its_gpus_are_known(team_a, small_cluster):
+    from cluster.job_selectors import spans_of
+    from cluster.models import AllocationOrigin
+
+    job, _ = job_upsert(run(team_a))  # unplaced: the scheduler did not say which GPUs
+    gpu = Gpu.objects.get(uuid="GPU-h200-a-0")
+    Allocation.objects.create(job=job, gpu=gpu, share=gpu.share, start=T0, end=T0 + timedelta(minutes=30),
+                              origin=AllocationOrigin.OBSERVED)
+    counted = Allocation.objects.filter(job=job).counted()
+    assert [(a.gpu_id, a.origin) for a in counted] == [(gpu.pk, "observed")]
+    assert [span.gpu_id for span in spans_of(list(job.allocations.all()))] == [gpu.pk]
