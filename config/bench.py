@@ -2,7 +2,7 @@
 the same run where one exists. Runs against a scratch database ``cardhour_bench`` on the embedded
 PostgreSQL (or on DATABASE_URL's server), migrated fresh and dropped afterwards.
 
-    python -m config.bench [--records N] [--only collector,rollup,agent]
+    python -m config.bench [--records N] [--only collector,rollup,agent,jobs]
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import time
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m config.bench", description=__doc__.split("\n\n")[0])
     parser.add_argument("--records", type=int, default=1_000_000, help="records for the collector and rollup runs")
-    parser.add_argument("--only", default="collector,rollup,agent", help="comma-separated subset")
+    parser.add_argument("--only", default="collector,rollup,agent,jobs", help="comma-separated subset")
     args = parser.parse_args(argv)
     only = set(args.only.split(","))
 
@@ -52,6 +52,14 @@ def main(argv: list[str] | None = None) -> int:
 
         results["agent"] = measure_agent()
         print(f"\nagent (sim backend, 8 GPUs): {results['agent']}")
+    if "jobs" in only:
+        from cluster.job_bench import bench_import_jobs
+
+        results["jobs"] = r = bench_import_jobs()
+        print(f"\nimport_jobs, {r['jobs']:,} jobs (half placed, half unplaced; generic CSV → rows committed)")
+        print(f"  first import        {r['first_s']:8.2f} s  {r['first_rows_per_s']:>12,.0f} rows/s")
+        print(f"  same file again     {r['again_s']:8.2f} s  {r['again_rows_per_s']:>12,.0f} rows/s  (all unchanged)")
+        print(f"  a tenth changed     {r['tenth_changed_s']:8.2f} s  {r['tenth_changed_rows_per_s']:>12,.0f} rows/s")
     return 0
 
 

@@ -1,0 +1,296 @@
+"""Jobs from Slurm's accounting: the output of
+
+    sacct --allocations --duplicates --parsable2 \\
+          --format=JobID,JobIDRaw,User,Account,Partition,Submit,Start,End,State,AllocTRES,NodeList,ElapsedRaw
+
+(``|``-separated, a header line; ``JobName``, ``ReqTRES`` and ``Priority`` are read too when present).
+``--duplicates`` lists every run of a requeued job, not only the last.
+
+How rows become runs (source ``slurm``, so a run the prolog hook reported through the API is the same row):
+- one row per allocation: job steps (``123.batch``, ``123.0``, ``123.extern``) and pending array
+  ranges (``123_[5-10]``) are skipped; array tasks are jobs of their own (``123_4``), as are
+  heterogeneous components (``123+0``); a requeued job's runs differ by their start time.
+- GPUs are counted once from AllocTRES: ``gres/gpu=N``, else the sum of typed ``gres/gpu:TYPE=N``
+  (``gres/gpumem`` and ``gres/gpuutil`` are not GPUs). A single TYPE names the model (a GpuModel's
+  short name, any case, or its NVML name with ``_`` for spaces; an unknown type rejects the row); no
+  type: the model of the nodes in NodeList when they have one. A job that never started counts the
+  GPUs it asked for (ReqTRES).
+- ``Unknown``/``None``/empty times: never started (Start), still running (End; a finished run
+  without End ends at Start + ElapsedRaw). Times without an offset are read in ``tz`` (the business
+  time zone by default); a repeated wall-clock hour at a DST change reads as its first occurrence.
+- the Account maps to a team through a Slurm-account TeamIdentity (and its project), else a team
+  whose slug is the account, else the User through a unix-user TeamIdentity (the jobs API's order,
+  so a run a hook reported and its sacct row agree). Unmapped: rows rejected and the account listed
+  once, or with ``create_teams`` a team made (slug and cost centre from the account) with its identity.
+- sacct knows nodes, not GPU indices, so runs are unplaced; but a run already placed (by the prolog
+  hook) keeps its GPUs when they add up to the GPU count and lie on NodeList's nodes.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import defaultdict
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
+from pathlib import Path
+from zoneinfo import ZoneInfo
+
+from django.conf import settings
+from django.db import transaction
+from django.utils.text import slugify
+
+from accounting.models import Team
+from cluster.job_import import (
+    GPU_COUNT_MAX,
+    ImportRefused,
+    JobImportReport,
+    Lookups,
+    parse_int,
+    write_checked,
+)
+from cluster.jobs import JobInput, unplaced_share
+from cluster.models import Allocation, AllocationOrigin, Gpu, IdentityKind, JobSource, JobState, TeamIdentity
+
+REQUIRED = ("JobID", "User", "Account", "Submit", "Start", "End", "State", "AllocTRES")
+OPTIONAL = ("JobIDRaw", "Partition", "NodeList", "ElapsedRaw", "JobName", "ReqTRES", "Priority")
+NO_TIME = frozenset({"", "unknown", "none"})
+STATES = {
+    "PENDING": JobState.PENDING, "REQUEUE_HOLD": JobState.PENDING, "RESV_DEL_HOLD": JobState.PENDING,
+    "RUNNING": JobState.RUNNING, "COMPLETING": JobState.RUNNING, "CONFIGURING": JobState.RUNNING,
+    "SUSPENDED": JobState.RUNNING, "STOPPED": JobState.RUNNING, "RESIZING": JobState.RUNNING,
+    "SIGNALING": JobState.RUNNING, "STAGE_OUT": JobState.RUNNING,
+    "COMPLETED": JobState.COMPLETED,
+    "FAILED": JobState.FAILED, "TIMEOUT": JobState.FAILED, "NODE_FAIL": JobState.FAILED,
+    "OUT_OF_MEMORY": JobState.FAILED, "BOOT_FAIL": JobState.FAILED, "DEADLINE": JobState.FAILED,
+    "CANCELLED": JobState.CANCELLED, "REVOKED": JobState.CANCELLED,
+    "PREEMPTED": JobState.PREEMPTED,
+    "REQUEUED": JobState.REQUEUED, "REQUEUE_FED": JobState.REQUEUED, "SPECIAL_EXIT": JobState.REQUEUED,
+}
+NO_NODES = frozenset({"", "none assigned", "(null)"})
+CHUNK = 5_000
+
+
+def import_sacct(path: Path, *, tz: str | None = None, create_teams: bool = False, strict: bool = False) -> JobImportReport:
+    """Import sacct output; bad rows are reported by line, the rest kept unless ``strict``."""
+    zone = ZoneInfo(tz or settings.CARDHOUR_BUSINESS_TIME_ZONE)
+    report = JobImportReport()
+    with transaction.atomic():
+        rows = list(read_sacct(path, zone=zone, lookups=Lookups(), report=report, create_teams=create_teams))
+        _keep_known_placement([data for _line, data in rows])
+        write_checked(rows, report, strict=strict)
+    return report
+
+
+def read_sacct(path: Path, *, zone: ZoneInfo, lookups: Lookups, report: JobImportReport,
+               create_teams: bool = False) -> Iterator[tuple[int, JobInput]]:
+    """The file's runs, line by line; steps go to ``report.skipped``, bad rows to ``report.rejected``
+    (``create_teams``: an unmapped account's team is created on the way)."""
+    return _Reader(zone=zone, lookups=lookups, report=report, create_teams=create_teams).rows(path)
+
+
+class _Reader:
+    """One file's reading: the account and user identities are loaded once."""
+
+    def __init__(self, *, zone: ZoneInfo, lookups: Lookups, report: JobImportReport, create_teams: bool) -> None:
+        self.zone, self.lookups, self.report, self.create_teams = zone, lookups, report, create_teams
+        self.accounts: dict[str, tuple] = {}
+        self.users: dict[str, tuple] = {}
+        kinds = {IdentityKind.SLURM_ACCOUNT: self.accounts, IdentityKind.UNIX_USER: self.users}
+        for i in TeamIdentity.objects.filter(kind__in=kinds).select_related("team", "project"):
+            kinds[i.kind][i.name] = (i.team, i.project)
+
+    def rows(self, path: Path) -> Iterator[tuple[int, JobInput]]:
+        with path.open(encoding="utf-8-sig") as handle:
+            header: list[str] | None = None
+            for line, text in enumerate(handle, start=1):
+                text = text.rstrip("\r\n")
+                if not text.strip():
+                    continue
+                fields = text.split("|")
+                if header is None:
+                    header = self._header(fields)
+                    continue
+                self.report.rows_read += 1
+                if fields[-1] == "" and len(fields) == len(header) + 1:
+                    fields.pop()  # --parsable (not parsable2) ends every line with a '|'
+                if len(fields) != len(header):
+                    self.report.rejected.append((line, f"{len(fields)} fields, the header has {len(header)}"))
+                    continue
+                cells = dict(zip(header, (f.strip() for f in fields), strict=True))
+                job_id = cells["JobID"]
+                if "." in job_id:
+                    self.report.skipped["job steps"] += 1
+                elif "[" in job_id:
+                    self.report.skipped["pending array ranges"] += 1
+                else:
+                    try:
+                        yield line, self._job(cells)
+                    except ValueError as error:
+                        self.report.rejected.append((line, str(error)))
+            if header is None:
+                raise ImportRefused("the file is empty: no sacct header line")
+
+    def _header(self, fields: list[str]) -> list[str]:
+        known = {name.lower(): name for name in (*REQUIRED, *OPTIONAL)}
+        header = [known.get(name.strip().lower(), name.strip()) for name in fields]
+        if header and header[-1] == "":
+            header.pop()
+        missing = [name for name in REQUIRED if name not in header]
+        if missing:
+            raise ImportRefused(
+                f"the sacct header lacks {', '.join(missing)} (use --parsable2 --format={','.join(REQUIRED + OPTIONAL)})"
+            )
+        return header
+
+    def _job(self, cells: dict[str, str]) -> JobInput:
+        job_id = cells["JobID"]
+        if not job_id:
+            raise ValueError("JobID: empty")
+        state = self._state(cells["State"])
+        start = self._time(cells["Start"], "Start")
+        end = self._time(cells["End"], "End")
+        elapsed = cells.get("ElapsedRaw", "")
+        if end is None and start is not None and state not in (JobState.RUNNING, JobState.PENDING) and elapsed.isdigit():
+            end = start + timedelta(seconds=int(elapsed))
+        nodes = "" if cells.get("NodeList", "").lower() in NO_NODES else cells["NodeList"]
+        gpu_count, gpu_type = gpus_from_tres(cells["AllocTRES"])
+        if not gpu_count and start is None:
+            gpu_count, gpu_type = gpus_from_tres(cells.get("ReqTRES", ""))
+        team, project = self._team(cells["Account"], cells["User"])
+        return JobInput(
+            source=JobSource.SLURM, external_id=job_id, start_time=start, team=team, project=project,
+            name=cells.get("JobName", ""), user=cells["User"], account=cells["Account"],
+            partition=cells.get("Partition", ""), priority=parse_int(cells.get("Priority", ""), "Priority"),
+            gpu_count=gpu_count, gpu_model=self._model(gpu_type, nodes) if gpu_count else None, state=state,
+            submit_time=self._time(cells["Submit"], "Submit"), end_time=end, node_list=nodes,
+        )
+
+    def _state(self, text: str) -> str:
+        # "CANCELLED by 1234"; a trailing '+' where sacct truncated the column.
+        word = text.split(" ", 1)[0].rstrip("+").upper()
+        if word not in STATES:
+            raise ValueError(f"State: {text!r} is not a Slurm job state this import knows")
+        return STATES[word]
+
+    def _time(self, text: str, column: str) -> datetime | None:
+        if text.lower() in NO_TIME:
+            return None
+        try:
+            moment = datetime.fromisoformat(text)
+        except ValueError:
+            raise ValueError(f"{column}: {text!r} is not a time (sacct prints 2026-11-02T08:00:00)") from None
+        if moment.tzinfo is None:
+            moment = moment.replace(tzinfo=self.zone)
+        return moment.astimezone(UTC)
+
+    def _model(self, gpu_type: str | None, nodes: str):
+        if gpu_type:
+            model = self.lookups.model(gpu_type)
+            if model is None:
+                raise ValueError(f"AllocTRES: GPU type {gpu_type!r} is no GPU model's short or NVML name")
+            return model
+        models = set()
+        for hostname in expand_hostlist(nodes):
+            gpus = self.lookups.node_gpus(hostname)
+            models |= {gpu.model for gpu in (gpus or {}).values()}
+        return models.pop() if len(models) == 1 else None
+
+    def _team(self, account: str, user: str):
+        """(team, project) of the account's Slurm-account identity, else of the team whose slug the
+        account is, else of the user's unix-user identity: as the jobs API finds a hook's team."""
+        if account in self.accounts:
+            return self.accounts[account]
+        if account in self.lookups.teams:
+            self.accounts[account] = (self.lookups.teams[account], None)
+            return self.accounts[account]
+        if user in self.users:
+            return self.users[user]
+        if account and self.create_teams:
+            self.accounts[account] = (self._create_team(account), None)
+            return self.accounts[account]
+        self.report.unmapped_accounts[account] += 1
+        raise ValueError(f"Account: {account!r} maps to no team")
+
+    def _create_team(self, account: str) -> Team:
+        """A team for an account (or the team its slugified name already is), and the identity that maps it."""
+        slug = slugify(account)[:50] or "account"
+        team = Team.objects.filter(slug=slug).first()
+        if team is None:
+            name = account if not Team.objects.filter(name=account).exists() else f"{account} (Slurm)"
+            cost_centre = re.sub(r"[^A-Za-z0-9._/-]", "-", account).lstrip("._/-")[:32] or slug[:32]
+            team = Team.objects.create(name=name[:100], slug=slug, cost_centre=cost_centre)
+            self.lookups.teams[team.slug] = team
+            self.report.teams_created.append(team.slug)
+        TeamIdentity.objects.get_or_create(kind=IdentityKind.SLURM_ACCOUNT, name=account, defaults={"team": team})
+        return team
+
+
+def gpus_from_tres(tres: str) -> tuple[Decimal, str | None]:
+    """(GPU count, GPU type or None) from a TRES list such as ``cpu=8,gres/gpu:h200=4,gres/gpu=4``."""
+    untyped, typed = None, {}
+    for item in tres.split(","):
+        name, _eq, value = item.strip().partition("=")
+        if name != "gres/gpu" and not name.startswith("gres/gpu:"):
+            continue
+        if not value.isdigit():
+            raise ValueError(f"AllocTRES: {item!r} is not a whole GPU count")
+        if name == "gres/gpu":
+            untyped = int(value)
+        else:
+            typed[name.removeprefix("gres/gpu:")] = int(value)
+    count = Decimal(untyped if untyped is not None else sum(typed.values()))
+    if count > GPU_COUNT_MAX:
+        raise ValueError(f"AllocTRES: {count} GPUs is out of range")
+    return count, (next(iter(typed)) if len(typed) == 1 else None)
+
+
+def expand_hostlist(text: str) -> list[str]:
+    """Slurm's compressed host list (``gpu[01-03,07],login1``) as host names."""
+    hosts: list[str] = []
+    depth, item = 0, ""
+    for char in text + ",":
+        depth += {"[": 1, "]": -1}.get(char, 0)
+        if char == "," and depth == 0:
+            hosts.extend(_expand_one(item) if item else [])
+            item = ""
+        else:
+            item += char
+    return hosts
+
+
+def _expand_one(item: str) -> list[str]:
+    match = re.match(r"^([^\[]*)\[([^\]]*)\](.*)$", item)
+    if not match:
+        return [item]
+    prefix, ranges, rest = match.groups()
+    names = []
+    for part in ranges.split(","):
+        low, _dash, high = part.partition("-")
+        if not low.isdigit() or (high and not high.isdigit()):
+            return [item]
+        names.extend(f"{prefix}{n:0{len(low)}d}" for n in range(int(low), int(high or low) + 1))
+    return [f"{name}{tail}" for name in names for tail in _expand_one(rest)]
+
+
+def _keep_known_placement(jobs: list[JobInput]) -> None:
+    """Give an unplaced sacct run the GPUs a stored run of the same key already holds (reported by
+    the prolog hook), when they add up to its GPU count and lie on its nodes."""
+    ids = sorted({data.external_id for data in jobs if data.gpu_count > 0 and data.start_time})
+    placed = defaultdict(list)
+    for first in range(0, len(ids), CHUNK):
+        allocations = (
+            Allocation.objects.filter(
+                job__source=JobSource.SLURM, job__external_id__in=ids[first : first + CHUNK],
+                origin=AllocationOrigin.SCHEDULER, gpu__isnull=False,
+            ).select_related("gpu__node", "job").order_by("job_id", "gpu__index")
+        )
+        for allocation in allocations:
+            placed[(allocation.job.external_id, allocation.job.start_time)].append(allocation.gpu)
+    for data in jobs:
+        gpus: list[Gpu] = placed.get((data.external_id, data.start_time), [])
+        if not gpus or sum(gpu.share for gpu in gpus) != unplaced_share(data.gpu_count):
+            continue
+        if data.node_list and not {gpu.node.hostname for gpu in gpus} <= set(expand_hostlist(data.node_list)):
+            continue
+        data.gpus = gpus
