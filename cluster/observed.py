@@ -51,11 +51,10 @@ Counting (for accounting): a job is counted once, by :func:`counted_allocations`
     stays the job's record of what was requested.
 
 What is scanned
-    There is no table for the scan's progress yet (see ``_scan_from``): for each node the scan reads
-    the samples from the newest observed allocation on its GPUs less ``OBSERVED_OVERLAP_S``, or, when
-    nothing was seen there within ``OBSERVED_LOOKBACK_S`` of the node's newest sample, the last
-    ``OBSERVED_LOOKBACK_S`` before it. A node's samples arrive in time order, so this reads every new
-    record; an explicit ``start``/``end`` rescans any window (after importing history).
+    ``ObservedScanState`` keeps, per node, the newest sample time the last scan read; the next scan
+    starts ``OBSERVED_OVERLAP_S`` before it (a node never scanned: ``OBSERVED_LOOKBACK_S`` before its
+    newest sample). A node's samples arrive in time order, so this reads every new record; an explicit
+    ``start``/``end`` rescans any window (after importing history) and moves no watermark.
 
 Concurrency: one scan at a time (a transaction-scoped advisory lock; a second scan meanwhile does
 nothing), and every write in that one transaction.
@@ -83,6 +82,7 @@ from cluster.models import (
     Job,
     JobSource,
     JobState,
+    ObservedScanState,
     TeamIdentity,
 )
 from config.locks import advisory_lock
@@ -210,6 +210,8 @@ def observed_scan(*, start: datetime | None = None, end: datetime | None = None)
         touched, result["observed_jobs_written"], result["observed_allocations_written"] = _apply_observed(observed, gpus, gap)
         result["completed"] = _complete_quiet_jobs(gpus, gap, skip=touched)
         result["attributed"] = _attribute_unmapped()
+        if start is None and end is None:
+            _remember_scanned(gpus)
     log.info("observed scan: %s", result)
     return result
 
@@ -226,34 +228,34 @@ def _gpu_facts() -> dict[int, GpuFacts]:
 
 
 def _scan_from(gpus: dict[int, GpuFacts], start: datetime | None) -> dict[int, datetime]:
-    """Per GPU, the sample time after which this scan reads.
-
-    Interim, derived from existing rows until a per-node watermark table exists (the report asks for
-    ``ObservedScanState(node, scanned_to)``): a node that showed observed usage within the lookback is
-    read from its newest observed allocation's end less the overlap, any other from its newest sample
-    less the lookback. Reading too much costs time only: merging is idempotent."""
+    """Per GPU, the sample time after which this scan reads: where the last scan left its node
+    (``ObservedScanState``) less ``OBSERVED_OVERLAP_S``, or, for a node never scanned, the last
+    ``OBSERVED_LOOKBACK_S`` before its newest sample. A node's samples arrive in time order (the agent's
+    spool), so this reads every new one; reading too much costs time only: merging is idempotent."""
     if start is not None:
         return {gpu_id: start for gpu_id, facts in gpus.items() if facts.newest_ts is not None}
     lookback = timedelta(seconds=settings.OBSERVED_LOOKBACK_S)
     overlap = timedelta(seconds=settings.OBSERVED_OVERLAP_S)
-    node_newest: dict[int, datetime] = {}
+    node_newest = _node_newest(gpus)
+    scanned = dict(ObservedScanState.objects.filter(node_id__in=node_newest).values_list("node_id", "scanned_to"))
+    node_from = {
+        node_id: scanned[node_id] - overlap if node_id in scanned else newest - lookback
+        for node_id, newest in node_newest.items()
+    }
+    return {gpu_id: node_from[f.node_id] for gpu_id, f in gpus.items() if f.node_id in node_from}
+
+
+def _node_newest(gpus: dict[int, GpuFacts]) -> dict[int, datetime]:
+    newest: dict[int, datetime] = {}
     for facts in gpus.values():
         if facts.newest_ts is not None:
-            node_newest[facts.node_id] = max(facts.newest_ts, node_newest.get(facts.node_id, facts.newest_ts))
-    if not node_newest:
-        return {}
-    seen_until: dict[int, datetime] = {}
-    recent = Allocation.objects.filter(
-        origin=AllocationOrigin.OBSERVED, end__gt=min(node_newest.values()) - lookback, gpu__isnull=False
-    ).values_list("gpu_id", "end")
-    for gpu_id, end in recent:
-        node_id = gpus[gpu_id].node_id
-        seen_until[node_id] = max(end, seen_until.get(node_id, end))
-    node_from = {}
-    for node_id, newest in node_newest.items():
-        seen = seen_until.get(node_id)
-        node_from[node_id] = seen - overlap if seen is not None and seen > newest - lookback else newest - lookback
-    return {gpu_id: node_from[f.node_id] for gpu_id, f in gpus.items() if f.node_id in node_from}
+            newest[facts.node_id] = max(facts.newest_ts, newest.get(facts.node_id, facts.newest_ts))
+    return newest
+
+
+def _remember_scanned(gpus: dict[int, GpuFacts]) -> None:
+    for node_id, newest in _node_newest(gpus).items():
+        ObservedScanState.objects.update_or_create(node_id=node_id, defaults={"scanned_to": newest})
 
 
 # One row per (GPU, identity, MIG ids, range of presence): records are cut into islands where the gap

@@ -6,6 +6,7 @@ from cluster.models.jobs import (
     Job,
     JobSource,
     JobState,
+    ObservedScanState,
     TeamIdentity,
 )
 from cluster.models.status import Alert, NodeStatusPeriod
@@ -20,6 +21,6 @@ from cluster.models.telemetry import (
 
 __all__ = [
     "Alert", "Allocation", "AllocationOrigin", "CollectionState", "DirtyBucket", "Gpu", "GpuModel", "HourRollup",
-    "IdentityKind", "Job", "JobSource", "JobState", "MinuteRollup", "Node", "NodeStatusPeriod", "RollupLevel",
+    "IdentityKind", "Job", "JobSource", "JobState", "MinuteRollup", "Node", "NodeStatusPeriod", "ObservedScanState", "RollupLevel",
     "Sample", "TeamIdentity",
 ]

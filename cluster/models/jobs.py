@@ -217,3 +217,20 @@ class TeamIdentity(models.Model):
 
     def __str__(self) -> str:
         return f"{self.get_kind_display()} {self.name} → {self.team}"
+
+
+class ObservedScanState(models.Model):
+    """How far the observed-usage scan has read one node's samples (cluster/observed.py)."""
+
+    node = models.OneToOneField(
+        "cluster.Node", on_delete=models.CASCADE, primary_key=True, related_name="observed_scan", verbose_name=_("node")
+    )
+    scanned_to = models.DateTimeField(_("scanned to"), help_text=_("Newest sample time whose processes were read."))
+    scanned_at = models.DateTimeField(_("scanned at"), auto_now=True)
+
+    class Meta:
+        verbose_name = _("observed-usage scan state")
+        verbose_name_plural = _("observed-usage scan states")
+
+    def __str__(self) -> str:
+        return f"{self.node_id} to {self.scanned_to:%Y-%m-%d %H:%M:%S}"

@@ -477,3 +477,23 @@ def test_it_turns_the_demo_fleets_processes_into_jobs_with_teams():
     rows = snapshot()
     observed_scan()
     assert snapshot() == rows
+
+
+def test_it_reads_each_node_from_where_the_last_scan_left_it(gpu0, settings):
+    from cluster.models import ObservedScanState
+
+    settings.OBSERVED_OVERLAP_S = 60
+    store(records(gpu0.uuid, 0, 600, [proc("alice")]))
+    observed_scan()
+    state = ObservedScanState.objects.get(node=gpu0.node)
+    assert state.scanned_to == at(600)
+    # Records older than the watermark less the overlap (as after importing history) are left to an
+    # explicit rescan; newer ones are read by the next scan.
+    store(records(gpu0.uuid, 1000, 1200, [proc("bob")]) + records(gpu0.uuid, 600, 700, [proc("alice")]))
+    store(records("GPU-h200-a-1", 0, 300, [proc("carol")]))  # the same node's other GPU
+    observed_scan()
+    users = set(observed_jobs().values_list("user", flat=True))
+    assert users == {"alice", "bob"}  # carol's records end at 300 s, before 600 - 60 s: not read
+    observed_scan(start=at(0), end=at(1200))
+    assert "carol" in set(observed_jobs().values_list("user", flat=True))
+    assert ObservedScanState.objects.get(node=gpu0.node).scanned_to == at(1200)
