@@ -77,6 +77,18 @@ class JobInput:
         return problems
 
 
+def scheduler_team(account: str, user: str, *, by_account, by_slug, by_user):
+    """The (team, project) of a scheduler's run that names no team, in the one order every way in
+    uses (the jobs API for the Slurm hooks, ``import_sacct``): the account's Slurm-account identity,
+    else the team whose slug is the account, else the unix user's identity. Each ``by_*`` maps a name
+    to (team, project) or None; None when nothing matches."""
+    if account:
+        found = by_account(account) or by_slug(account)
+        if found:
+            return found
+    return by_user(user) if user else None
+
+
 def unplaced_share(gpu_count: Decimal) -> int:
     """Ticks per second of an unplaced allocation: all the job's GPUs (exact: 3 decimals × 840,000)."""
     return int(gpu_count * TICKS_PER_GPU_SECOND)

@@ -49,7 +49,7 @@ from cluster.job_import import (
     parse_int,
     write_checked,
 )
-from cluster.jobs import JobInput, unplaced_share
+from cluster.jobs import JobInput, scheduler_team, unplaced_share
 from cluster.models import Allocation, AllocationOrigin, Gpu, IdentityKind, JobSource, JobState, TeamIdentity
 
 REQUIRED = ("JobID", "User", "Account", "Submit", "Start", "End", "State", "AllocTRES")
@@ -199,13 +199,13 @@ class _Reader:
     def _team(self, account: str, user: str):
         """(team, project) of the account's Slurm-account identity, else of the team whose slug the
         account is, else of the user's unix-user identity: as the jobs API finds a hook's team."""
-        if account in self.accounts:
-            return self.accounts[account]
-        if account in self.lookups.teams:
-            self.accounts[account] = (self.lookups.teams[account], None)
-            return self.accounts[account]
-        if user in self.users:
-            return self.users[user]
+        teams = self.lookups.teams
+        found = scheduler_team(
+            account, user, by_account=self.accounts.get,
+            by_slug=lambda slug: (teams[slug], None) if slug in teams else None, by_user=self.users.get,
+        )
+        if found:
+            return found
         if account and self.create_teams:
             self.accounts[account] = (self._create_team(account), None)
             return self.accounts[account]

@@ -23,7 +23,7 @@ from accounting.models import ApiToken, Project, Team
 from accounting.models.tokens import ApiTokenKind
 from accounting.roles import is_admin
 from cluster.choices import GpuStatus
-from cluster.jobs import JOB_FIELDS, JobInput
+from cluster.jobs import JOB_FIELDS, JobInput, scheduler_team
 from cluster.models import (
     Allocation,
     AllocationOrigin,
@@ -335,14 +335,17 @@ class JobWriteSerializer(serializers.Serializer):
         finds it, so both ways in agree: the account's identity, else the team whose slug is the account;
         then the unix user's identity. A team the caller may not write is not found."""
         identities = TeamIdentity.objects.values_list("team_id", "project_id")
-        found = None
-        if account:
-            found = identities.filter(kind=IdentityKind.SLURM_ACCOUNT, name=account).first()
-            if found is None:
-                team_pk = Team.objects.filter(slug=account).values_list("pk", flat=True).first()
-                found = (team_pk, None) if team_pk else None
-        if found is None and user:
-            found = identities.filter(kind=IdentityKind.UNIX_USER, name=user).first()
+
+        def team_by_slug(slug):
+            team_pk = Team.objects.filter(slug=slug).values_list("pk", flat=True).first()
+            return (team_pk, None) if team_pk else None
+
+        found = scheduler_team(
+            account, user,
+            by_account=lambda name: identities.filter(kind=IdentityKind.SLURM_ACCOUNT, name=name).first(),
+            by_slug=team_by_slug,
+            by_user=lambda name: identities.filter(kind=IdentityKind.UNIX_USER, name=name).first(),
+        )
         team = self.writable_teams.filter(pk=found[0]).first() if found else None
         if team is None:
             return None, None
