@@ -35,6 +35,7 @@ from cluster.job_selectors import (
 from cluster.models import Job, JobState
 from cluster.telemetry_selectors import epoch_ms, still_filling_from
 from cluster.units import TICKS_PER_GPU_SECOND
+from cluster.views import chart_text
 
 JOBS_PER_PAGE = 50
 SORTABLE = (
@@ -134,16 +135,8 @@ def job_list(request):
 
 
 def job_chart_text() -> charts.ChartText:
-    return charts.ChartText(
-        empty=gettext("No samples from this job's GPUs"),
-        no_values=gettext("This job's GPUs reported no utilization"),
-        utilization_axis=gettext("Utilization (%)"),
-        memory_axis=gettext("Memory used (GiB)"),
-        gib=gettext("GiB"),
-        peak=gettext("max"),
-        coverage=gettext("coverage"),
-        still_filling=gettext("still filling"),
-        partly_covered=gettext("partly covered minute"),
+    return chart_text(
+        empty=gettext("No samples from this job's GPUs"), no_values=gettext("This job's GPUs reported no utilization")
     )
 
 

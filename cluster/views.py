@@ -33,10 +33,11 @@ def inventory(request):
     )
 
 
-def chart_text() -> charts.ChartText:
+def chart_text(*, empty: str | None = None, no_values: str | None = None) -> charts.ChartText:
+    """The chart words in the request's language; ``empty``/``no_values`` for what a page charts."""
     return charts.ChartText(
-        empty=gettext("No samples for this day"),
-        no_values=gettext("No values reported for this day"),
+        empty=empty or gettext("No samples for this day"),
+        no_values=no_values or gettext("No values reported for this day"),
         utilization_axis=gettext("Utilization (%)"),
         memory_axis=gettext("Memory used (GiB)"),
         gib=gettext("GiB"),
