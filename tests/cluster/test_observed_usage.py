@@ -497,3 +497,19 @@ def test_it_reads_each_node_from_where_the_last_scan_left_it(gpu0, settings):
     observed_scan(start=at(0), end=at(1200))
     assert "carol" in set(observed_jobs().values_list("user", flat=True))
     assert ObservedScanState.objects.get(node=gpu0.node).scanned_to == at(1200)
+
+
+def test_the_command_rescans_history_and_names_bad_arguments(gpu0):
+    from io import StringIO
+
+    from django.core.management import CommandError, call_command
+
+    store(records(gpu0.uuid, 0, 300, [proc("alice")]))
+    out = StringIO()
+    call_command("observed_scan", "--start", at(0).isoformat(), "--end", at(300).isoformat(), stdout=out)
+    assert "observed_jobs_written 1" in out.getvalue()
+    assert list(observed_jobs().values_list("user", flat=True)) == ["alice"]
+    with pytest.raises(CommandError, match="needs a UTC offset"):
+        call_command("observed_scan", "--start", "2026-11-02T00:00:00", "--end", at(300).isoformat())
+    with pytest.raises(CommandError, match="go together"):
+        call_command("observed_scan", "--start", at(0).isoformat())
