@@ -33,6 +33,8 @@ FAILURE_STATUS = {
     "unreachable": (NodeStatus.UNREACHABLE, AlertKind.NODE_UNREACHABLE, AlertTier.CRITICAL),
 }
 
+FAILURE_ALERT_KINDS = tuple(kind for _status, kind, _tier in FAILURE_STATUS.values())
+
 
 @dataclass
 class CollectOutcome:
@@ -159,8 +161,8 @@ def _record_success(node: Node, *, now: datetime) -> None:
     Node.objects.filter(pk=node.pk).update(last_seen_at=now)
     if node.status not in NodeStatus.set_by_admins() and node.status != NodeStatus.UP:
         node_status_set(node=node, status=NodeStatus.UP, at=now, reason="collected")
-    for _status, kind, _tier in FAILURE_STATUS.values():
-        alert_close(subject_type=AlertSubject.NODE, subject_id=node.pk, kind=kind, at=now)
+    # One statement for the three kinds: this runs after every successful collection of every node.
+    alert_close(subject_type=AlertSubject.NODE, subject_id=node.pk, kinds=FAILURE_ALERT_KINDS, at=now)
 
 
 def _record_failure(node: Node, error: AgentError, *, now: datetime) -> None:

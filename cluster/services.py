@@ -63,10 +63,15 @@ def alert_raise(
     raise RuntimeError("could not open or refresh the alert episode")
 
 
-def alert_close(*, subject_type: str, subject_id: int, kind: str, at: datetime | None = None) -> int:
-    """Close the open episode of ``kind`` on the subject, if any. Returns how many were closed."""
+def alert_close(
+    *, subject_type: str, subject_id: int, kind: str | None = None, kinds: tuple[str, ...] = (),
+    at: datetime | None = None,
+) -> int:
+    """Close the open episodes of ``kind`` (or of any of ``kinds``) on the subject, in one statement.
+    Returns how many were closed."""
     at = at or timezone.now()
-    return Alert.objects.open().about(subject_type, subject_id).filter(kind=kind).update(closed_at=at)
+    wanted = (kind, *kinds) if kind else kinds
+    return Alert.objects.open().about(subject_type, subject_id).filter(kind__in=wanted).update(closed_at=at)
 
 
 def node_alert_raise(node: Node, *, kind: str, tier: str, message: str, at: datetime | None = None) -> tuple[Alert, bool]:
