@@ -154,12 +154,13 @@ def _ensure_gpus(rows: list[_Row], report: ImportReport) -> dict[tuple[str, str]
         nodes[hostname] = node
         report.nodes_created.append(hostname)
     unknown_model = None
-    uuids = {}
+    uuids = {key: replay_gpu_uuid(key[0], int(key[1])) if key[1].isdigit() else key[1] for key in keys}
+    known = set(Gpu.objects.filter(uuid__in=set(uuids.values())).values_list("uuid", flat=True))  # one query
     for (hostname, gpu), model_name in keys.items():
-        uuid = replay_gpu_uuid(hostname, int(gpu)) if gpu.isdigit() else gpu
-        uuids[(hostname, gpu)] = uuid
-        if Gpu.objects.filter(uuid=uuid).exists():
+        uuid = uuids[(hostname, gpu)]
+        if uuid in known:
             continue
+        known.add(uuid)
         if model_name:
             model = gpu_model_for(model_name, None)
         else:
