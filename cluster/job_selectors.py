@@ -23,6 +23,9 @@ from django.db.models import (
 from django.db.models.functions import Coalesce
 from django.utils.translation import gettext
 
+from accounting.models import ApiToken, Team
+from accounting.models.tokens import ApiTokenKind
+from accounting.roles import is_admin
 from cluster.job_kpis import AllocationSpan, MinuteUsage, RunRecord
 from cluster.models import Allocation, AllocationOrigin, Job, JobState, MinuteRollup
 from cluster.telemetry_selectors import business_day_bounds
@@ -196,3 +199,21 @@ def job_runs(job: Job, *, user) -> list[Job]:
 
 def runs_of(runs: list[Job]) -> list[RunRecord]:
     return [RunRecord(start=run.start_time, end=run.end_time, state=run.state) for run in runs]
+
+
+# Who may read and write jobs through the API (DESIGN.md §2), beside the pages' reads above.
+def is_service_token(request) -> bool:
+    """Whether a service token (a scheduler hook's credential) authenticated the request."""
+    return isinstance(request.auth, ApiToken) and request.auth.kind == ApiTokenKind.SERVICE
+
+
+def teams_writable_by(request):
+    """Teams whose jobs the caller may write: all for service tokens and admins, else the teams they lead."""
+    if is_service_token(request) or is_admin(request.user):
+        return Team.objects.all()
+    return Team.objects.led_by(request.user)
+
+
+def jobs_readable_by(request):
+    """Jobs the caller may read: a service token writes every team's jobs, so it reads them too."""
+    return Job.objects.all() if is_service_token(request) else Job.objects.visible_to(request.user)

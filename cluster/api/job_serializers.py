@@ -19,10 +19,9 @@ from django.utils.translation import gettext_lazy as _
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from accounting.models import ApiToken, Project, Team
-from accounting.models.tokens import ApiTokenKind
-from accounting.roles import is_admin
+from accounting.models import Project, Team
 from cluster.choices import GpuStatus
+from cluster.job_selectors import is_service_token, teams_writable_by
 from cluster.jobs import JOB_FIELDS, JobInput, scheduler_team
 from cluster.models import (
     Allocation,
@@ -41,23 +40,6 @@ from cluster.units import TICKS_PER_GPU_SECOND
 MAX_GPU_INDEX = 32767  # Gpu.index is a PositiveSmallIntegerField
 MAX_GPU_INDICES = 256
 ORDERINGS = ("submit_time", "start_time", "end_time", "gpu_count", "priority")
-
-
-def is_service_token(request) -> bool:
-    """Whether a service token (a scheduler hook's credential) authenticated the request."""
-    return isinstance(request.auth, ApiToken) and request.auth.kind == ApiTokenKind.SERVICE
-
-
-def teams_writable_by(request):
-    """Teams whose jobs the caller may write: all for service tokens and admins, else the teams they lead."""
-    if is_service_token(request) or is_admin(request.user):
-        return Team.objects.all()
-    return Team.objects.led_by(request.user)
-
-
-def jobs_readable_by(request):
-    """Jobs the caller may read: a service token writes every team's jobs, so it reads them too."""
-    return Job.objects.all() if is_service_token(request) else Job.objects.visible_to(request.user)
 
 
 def decimal_text(fraction: Fraction) -> str:

@@ -14,11 +14,9 @@ from cluster.api.job_serializers import (
     JobFilterSerializer,
     JobSerializer,
     JobWriteSerializer,
-    is_service_token,
-    jobs_readable_by,
-    teams_writable_by,
     with_allocations,
 )
+from cluster.job_selectors import is_service_token, jobs_readable_by, teams_writable_by
 from cluster.jobs import JobInput, Outcome, job_upsert
 from cluster.models import Job, JobSource
 
