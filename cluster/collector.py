@@ -50,10 +50,10 @@ def collect_node(*, node_id: int, now: datetime | None = None, max_pages: int = 
     """Collect one node until its agent has nothing more (or ``max_pages``). Safe to run twice at once."""
     node = Node.objects.get(pk=node_id)
     outcome = CollectOutcome(node=node.hostname)
-    CollectionState.objects.get_or_create(node=node)
+    state, _created = CollectionState.objects.get_or_create(node=node)
     fetch = fetch or agent_client.fetch_samples
     try:
-        _refresh_inventory_if_due(node, now=now or timezone.now())
+        _refresh_inventory_if_due(node, state, now=now or timezone.now())
         for _page in range(max_pages):
             more = _collect_page(node, outcome, fetch=fetch, now=now or timezone.now())
             if outcome.skipped or not more:
@@ -141,8 +141,7 @@ def _advance(state: CollectionState, page, result: IngestResult, *, now: datetim
     state.save()
 
 
-def _refresh_inventory_if_due(node: Node, *, now: datetime) -> None:
-    state = CollectionState.objects.get(node=node)
+def _refresh_inventory_if_due(node: Node, state: CollectionState, *, now: datetime) -> None:
     if state.inventory_refreshed_at and now - state.inventory_refreshed_at < INVENTORY_REFRESH:
         return
     inventory = agent_client.fetch_inventory(
