@@ -74,3 +74,7 @@ class AlertKind(models.TextChoices):
     AGENT_ERROR = "agent_error", _("Agent answers in an unknown shape")
     GPU_XID = "gpu_xid", _("XID errors")
     GPU_ECC_DBE = "gpu_ecc_dbe", _("Double-bit ECC errors")
+    BOOKING_IDLE = "booking_idle", _("Booked GPUs idle")
+    BOOKING_RELEASED = "booking_released", _("Idle booking released")
+    BOOKING_ENDING = "booking_ending", _("Booking ends soon")
+    BOOKING_CONFLICT = "booking_conflict", _("Job on a GPU booked by another team")

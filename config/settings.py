@@ -120,6 +120,7 @@ INSTALLED_APPS = [
     "whitenoise.runserver_nostatic",
     "django.contrib.staticfiles",
     "django.contrib.humanize",
+    "django.contrib.postgres",
     "rest_framework",
     "drf_spectacular",
     "accounting",
@@ -283,6 +284,21 @@ OBSERVED_OVERLAP_S = env_int("OBSERVED_OVERLAP_S", 300, minimum=0)
 # demo fleet's 6-hour backfill); until the scan keeps a watermark, it bounds what a scan may miss.
 OBSERVED_LOOKBACK_S = env_int("OBSERVED_LOOKBACK_S", 6 * 3600, minimum=60)
 
+# Bookings (DESIGN.md §6). Times sit on a grid of BOOKING_GRID_MINUTES (30, counted from the Unix epoch,
+# so on the half hour in every zone whose offset is whole hours or half hours). A team's
+# TeamBookingPolicy row overrides the limits below; the idle clock counts minutes in which every GPU of
+# a running booking was measured under CARDHOUR_IDLE_THRESHOLD_PCT (unmeasured minutes pause it).
+BOOKING_GRID_MINUTES = env_int("BOOKING_GRID_MINUTES", 30, minimum=1)
+BOOKING_MIN_MINUTES = env_int("BOOKING_MIN_MINUTES", 30, minimum=1)
+BOOKING_MAX_HOURS = env_int("BOOKING_MAX_HOURS", 7 * 24, minimum=1)
+BOOKING_MAX_DAYS_AHEAD = env_int("BOOKING_MAX_DAYS_AHEAD", 28, minimum=1)
+BOOKING_MAX_GPUS_PER_BOOKING = env_int("BOOKING_MAX_GPUS_PER_BOOKING", 64, minimum=1)
+BOOKING_MAX_GPUS_HELD = env_int("BOOKING_MAX_GPUS_HELD", 0, minimum=0)  # per team at any moment; 0: no limit
+BOOKING_IDLE_WARN_MINUTES = env_int("BOOKING_IDLE_WARN_MINUTES", 30, minimum=0)  # 0: never warn
+BOOKING_IDLE_RELEASE_MINUTES = env_int("BOOKING_IDLE_RELEASE_MINUTES", 60, minimum=0)  # 0: never release
+BOOKING_REMIND_BEFORE_END_MINUTES = env_int("BOOKING_REMIND_BEFORE_END_MINUTES", 15, minimum=0)
+BOOKINGS_EVERY_S = env_int("BOOKINGS_EVERY_S", 60, minimum=1)
+
 # Periodic work; each entry expires before its next run so a stalled queue never piles them up.
 CELERY_BEAT_SCHEDULE = {
     "collect": {
@@ -291,6 +307,7 @@ CELERY_BEAT_SCHEDULE = {
     },
     "rollup": {"task": "cluster.tasks.rollup_pending", "schedule": 30.0, "options": {"expires": 30}},
     "close-quiet-alerts": {"task": "cluster.tasks.close_quiet_alerts", "schedule": 300.0, "options": {"expires": 300}},
+    "bookings": {"task": "cluster.tasks.bookings_tick", "schedule": BOOKINGS_EVERY_S, "options": {"expires": BOOKINGS_EVERY_S}},
     "prune-telemetry": {"task": "cluster.tasks.prune_telemetry", "schedule": 3600.0, "options": {"expires": 3600}},
     "observed-usage": {
         "task": "cluster.tasks.observed_scan", "schedule": OBSERVED_SCAN_EVERY_S,

@@ -1,3 +1,12 @@
+from cluster.models.bookings import (
+    Booking,
+    BookingMode,
+    BookingStatus,
+    GpuHold,
+    HoldKind,
+    MaintenanceWindow,
+    TeamBookingPolicy,
+)
 from cluster.models.inventory import Gpu, GpuModel, Node
 from cluster.models.jobs import (
     Allocation,
@@ -20,7 +29,8 @@ from cluster.models.telemetry import (
 )
 
 __all__ = [
-    "Alert", "Allocation", "AllocationOrigin", "CollectionState", "DirtyBucket", "Gpu", "GpuModel", "HourRollup",
+    "Alert", "Allocation", "AllocationOrigin", "Booking", "BookingMode", "BookingStatus", "GpuHold", "HoldKind",
+    "MaintenanceWindow", "TeamBookingPolicy", "CollectionState", "DirtyBucket", "Gpu", "GpuModel", "HourRollup",
     "IdentityKind", "Job", "JobSource", "JobState", "MinuteRollup", "Node", "NodeStatusPeriod", "ObservedScanState", "RollupLevel",
     "Sample", "TeamIdentity",
 ]
