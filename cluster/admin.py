@@ -134,3 +134,6 @@ class NodeStatusPeriodAdmin(admin.ModelAdmin):
 
     def has_change_permission(self, request, obj=None):
         return False
+
+# Bookings have their own admin module (cluster/booking_admin.py); importing it registers them.
+from cluster import booking_admin  # noqa: E402, F401

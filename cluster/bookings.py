@@ -364,13 +364,18 @@ def bookings_end_due(*, now: datetime) -> int:
     )
 
 
+def node_gpu_ids(node: Node) -> list[int]:
+    """The node's whole GPUs that are not retired: what a maintenance window holds."""
+    gpus = Gpu.objects.filter(node=node, mig_parent__isnull=True).exclude(status=GpuStatus.RETIRED)
+    return list(gpus.values_list("pk", flat=True))
+
+
 @transaction.atomic
 def maintenance_create(*, node: Node, start: datetime, end: datetime, reason: str, user=None) -> MaintenanceWindow:
     """Take ``node``'s GPUs away from bookings over ``[start, end)``; refused (409) over a booking."""
     if end <= start:
         raise BookingRefused(400, "end", _("must be after the start."))
-    gpu_ids = list(Gpu.objects.filter(node=node, mig_parent__isnull=True).exclude(status=GpuStatus.RETIRED)
-                   .values_list("pk", flat=True))
+    gpu_ids = node_gpu_ids(node)
     if (hold := first_conflict(gpu_ids, start, end)) is not None:
         raise BookingRefused(409, "start", hold_conflict_message(hold))
     window = MaintenanceWindow.objects.create(node=node, start=start, end=end, reason=reason, created_by=user)
