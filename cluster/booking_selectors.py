@@ -29,8 +29,15 @@ def availability(
     now = now or timezone.now()
     limits = booking_limits(team)
     candidates = candidate_gpus(gpu_model)
+    gpu_ids = [c.gpu_id for c in candidates]
+    requested = max(start, now)
+    busy_now = busy_ranges(gpu_ids, requested, end)
+    free_now = tuple(c for c in candidates if c.gpu_id not in busy_now)
+    if len(free_now) >= count:  # the usual answer: no need to read the weeks ahead
+        slot = Slot(requested, end, free_now)
+        return Availability(slot=slot, picked=tuple(pick_gpus(free_now, count)), total=len(candidates))
     latest = now + timedelta(days=limits.max_days_ahead)
-    busy = busy_ranges([c.gpu_id for c in candidates], max(start, now), latest + (end - start))
+    busy = busy_ranges(gpu_ids, requested, latest + (end - start))
     slot = earliest_slot(
         gpus=candidates, busy=busy, count=count, start=start, end=end, now=now, latest_start=latest,
         grid_minutes=limits.grid_minutes,

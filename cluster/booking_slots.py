@@ -99,44 +99,51 @@ class Slot:
     free: tuple[Candidate, ...]
 
 
-def _free_over(intervals: Sequence[tuple[datetime, datetime]], start: datetime, end: datetime) -> bool:
+def epoch(moment: datetime) -> int:
+    """Whole seconds since the Unix epoch: the search works in these (booking times are whole seconds)."""
+    return math.floor((moment - _EPOCH).total_seconds())
+
+
+def _free_over(intervals: Sequence[tuple[int, int]], start: int, end: int) -> bool:
     return not any(lo < end and start < hi for lo, hi in intervals)
 
 
 def earliest_slot(
-    *, gpus: Sequence[Candidate], busy: Mapping[int, Sequence[tuple[datetime, datetime]]], count: int,
+    *, gpus: Sequence[Candidate], busy: Mapping[int, Sequence[tuple[int, int]]], count: int,
     start: datetime, end: datetime, now: datetime, latest_start: datetime, grid_minutes: int,
 ) -> Slot | None:
     """The earliest slot, from ``[start, end)`` on, in which ``count`` of ``gpus`` are free of ``busy``
-    ([lo, hi) ranges per GPU id); later candidates keep the length and step along the grid up to
-    ``latest_start``. A start inside the current grid step begins at ``now``. Returns every GPU free in
-    the slot (``pick_gpus`` chooses among them), or None.
+    ([lo, hi) ranges in epoch seconds per GPU id); later candidates keep the length and step along the
+    grid up to ``latest_start``. A start inside the current grid step begins at ``now``. Returns every
+    GPU free in the slot (``pick_gpus`` chooses among them), or None.
 
     One sweep: each free gap of a GPU admits a run of grid starts; the first start covered by ``count``
     runs wins. O((GPUs + busy ranges) · log) whatever the horizon."""
     first_start = max(start, now)
-    free_now = tuple(g for g in gpus if _free_over(busy.get(g.gpu_id, ()), first_start, end))
+    lo0, hi0 = epoch(first_start), epoch(end)
+    free_now = tuple(g for g in gpus if _free_over(busy.get(g.gpu_id, ()), lo0, hi0))
     if len(free_now) >= count:
         return Slot(first_start, end, free_now)
-    length = end - start
-    step = timedelta(minutes=grid_minutes)
-    base = floor_to_grid(start, grid_minutes)
-    last_k = math.floor((latest_start - base) / step)
+    length = epoch(end) - epoch(start)
+    step = grid_minutes * 60
+    base_dt = floor_to_grid(start, grid_minutes)
+    base = epoch(base_dt)
+    last_k = (epoch(latest_start) - base) // step
     if last_k < 1:
         return None
     runs: dict[int, list[tuple[int, int]]] = {}
     deltas: dict[int, int] = defaultdict(int)
     for gpu in gpus:
-        gap_start: datetime | None = None
-        gpu_runs = []
+        gap_start: int | None = None
+        gaps = []
         for lo, hi in sorted(busy.get(gpu.gpu_id, ())):
-            gpu_runs.append((gap_start, lo))
+            gaps.append((gap_start, lo))
             gap_start = hi if gap_start is None else max(gap_start, hi)
-        gpu_runs.append((gap_start, None))
+        gaps.append((gap_start, None))
         admitted = []
-        for gap_lo, gap_hi in gpu_runs:
-            k_lo = 1 if gap_lo is None else max(1, math.ceil((gap_lo - base) / step))
-            k_hi = last_k if gap_hi is None else min(last_k, math.floor((gap_hi - length - base) / step))
+        for gap_lo, gap_hi in gaps:
+            k_lo = 1 if gap_lo is None else max(1, -((base - gap_lo) // step))  # ceil division
+            k_hi = last_k if gap_hi is None else min(last_k, (gap_hi - length - base) // step)
             if k_lo <= k_hi:
                 admitted.append((k_lo, k_hi))
                 deltas[k_lo] += 1
@@ -146,9 +153,9 @@ def earliest_slot(
     for k in sorted(deltas):
         free += deltas[k]
         if free >= count and k <= last_k:
-            slot_start = base + k * step
+            slot_start = base_dt + timedelta(seconds=k * step)
             chosen = tuple(g for g in gpus if any(lo <= k <= hi for lo, hi in runs[g.gpu_id]))
-            return Slot(slot_start, slot_start + length, chosen)
+            return Slot(slot_start, slot_start + timedelta(seconds=length), chosen)
     return None
 
 

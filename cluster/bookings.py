@@ -13,6 +13,7 @@ from datetime import datetime, timedelta
 from django.conf import settings
 from django.db import IntegrityError, connection, transaction
 from django.db.backends.postgresql.psycopg_any import DateTimeTZRange
+from django.db.models import BigIntegerField, Func
 from django.utils import timezone
 from django.utils.formats import date_format
 from django.utils.translation import gettext as _
@@ -173,12 +174,23 @@ def candidate_gpus(gpu_model: GpuModel) -> list[Candidate]:
     return [Candidate(*row) for row in rows]
 
 
-def busy_ranges(gpu_ids: Sequence[int], start: datetime, end: datetime) -> dict[int, list[tuple[datetime, datetime]]]:
-    busy: dict[int, list[tuple[datetime, datetime]]] = {}
-    rows = GpuHold.objects.overlapping(start, end).filter(gpu_id__in=gpu_ids).values_list("gpu_id", "during")
-    for gpu_id, during in rows:
-        busy.setdefault(gpu_id, []).append((during.lower, during.upper))
+def busy_ranges(gpu_ids: Sequence[int], start: datetime, end: datetime) -> dict[int, list[tuple[int, int]]]:
+    """[lo, hi) in epoch seconds of every active hold on ``gpu_ids`` that overlaps ``[start, end)``, by GPU."""
+    busy: dict[int, list[tuple[int, int]]] = {}
+    # Bounds as integers: parsing 20,000 timestamps costs far more than the query and the search.
+    rows = GpuHold.objects.overlapping(start, end).filter(gpu_id__in=gpu_ids).values_list(
+        "gpu_id", RangeBoundEpoch("during", function="lower"), RangeBoundEpoch("during", function="upper"),
+    )
+    for gpu_id, lo, hi in rows:
+        busy.setdefault(gpu_id, []).append((lo, hi))
     return busy
+
+
+class RangeBoundEpoch(Func):
+    """A bound of a tstzrange (``function`` lower or upper) as whole epoch seconds."""
+
+    template = "floor(extract(epoch from %(function)s(%(expressions)s)))::bigint"
+    output_field = BigIntegerField()
 
 
 def _insert_holds(booking: Booking, gpu_ids: Sequence[int]) -> None:

@@ -2,7 +2,7 @@
 the same run where one exists. Runs against a scratch database ``cardhour_bench`` on the embedded
 PostgreSQL (or on DATABASE_URL's server), migrated fresh and dropped afterwards.
 
-    python -m config.bench [--records N] [--only collector,rollup,agent,jobs]
+    python -m config.bench [--records N] [--only collector,rollup,agent,jobs,bookings]
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import time
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m config.bench", description=__doc__.split("\n\n")[0])
     parser.add_argument("--records", type=int, default=1_000_000, help="records for the collector and rollup runs")
-    parser.add_argument("--only", default="collector,rollup,agent,jobs", help="comma-separated subset")
+    parser.add_argument("--only", default="collector,rollup,agent,jobs,bookings", help="comma-separated subset")
     args = parser.parse_args(argv)
     only = set(args.only.split(","))
 
@@ -60,6 +60,14 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  first import        {r['first_s']:8.2f} s  {r['first_rows_per_s']:>12,.0f} rows/s")
         print(f"  same file again     {r['again_s']:8.2f} s  {r['again_rows_per_s']:>12,.0f} rows/s  (all unchanged)")
         print(f"  a tenth changed     {r['tenth_changed_s']:8.2f} s  {r['tenth_changed_rows_per_s']:>12,.0f} rows/s")
+    if "bookings" in only:
+        from cluster.booking_bench import bench_availability
+
+        results["bookings"] = r = bench_availability()
+        print(f"\navailability search, {r['gpus']:,} GPUs, {r['bookings']:,} bookings, {r['requests']} requests (median)")
+        print(f"  earliest-slot search     {r['search_ms']:8.1f} ms  (median wait found {r['median_wait_h']:.1f} h)")
+        print(f"  one-window free query    {r['one_window_query_ms']:8.1f} ms  search / it = {r['search_vs_one_window']:.2f}")
+        print(f"  naive step-by-step       {r['naive_search_ms']:8.1f} ms  naive / search = {r['naive_vs_search']:.1f}")
     return 0
 
 

@@ -14,6 +14,7 @@ from cluster.booking_slots import (
     Limits,
     ceil_to_grid,
     earliest_slot,
+    epoch,
     floor_to_grid,
     idle_clock,
     minute_state,
@@ -98,7 +99,7 @@ def test_earliest_slot_is_the_requested_one_when_free():
 
 def test_earliest_slot_moves_past_a_booking_keeping_the_length():
     candidates = gpus(("a", 2))
-    busy = {1: [(at(0), at(150))]}
+    busy = {1: [(epoch(at(0)), epoch(at(150)))]}
     slot = earliest_slot(gpus=candidates, busy=busy, count=2, start=at(60), end=at(180), now=at(0),
                          latest_start=at(10_000), grid_minutes=30)
     assert (slot.start, slot.end) == (at(150), at(270))
@@ -115,7 +116,7 @@ def test_a_start_in_the_current_step_begins_now():
 
 
 def test_no_slot_within_the_horizon():
-    busy = {1: [(at(0), at(10_000))]}
+    busy = {1: [(epoch(at(0)), epoch(at(10_000)))]}
     assert earliest_slot(gpus=gpus(("a", 1)), busy=busy, count=1, start=at(60), end=at(120), now=at(0),
                          latest_start=at(600), grid_minutes=30) is None
 
@@ -124,8 +125,8 @@ def brute_force(candidates, busy, count, start, end, latest_start):
     length = end - start
     moment = start
     while moment <= latest_start:
-        free = [g for g in candidates
-                if not any(lo < moment + length and moment < hi for lo, hi in busy.get(g.gpu_id, ()))]
+        lo_s, hi_s = epoch(moment), epoch(moment + length)
+        free = [g for g in candidates if not any(lo < hi_s and lo_s < hi for lo, hi in busy.get(g.gpu_id, ()))]
         if len(free) >= count:
             return moment, {g.gpu_id for g in free}
         moment += HALF
@@ -133,7 +134,9 @@ def brute_force(candidates, busy, count, start, end, latest_start):
 
 
 ranges = st.lists(
-    st.tuples(st.integers(0, 40), st.integers(1, 12)).map(lambda p: (at(p[0] * 30), at((p[0] + p[1]) * 30))),
+    st.tuples(st.integers(0, 40), st.integers(1, 12)).map(
+        lambda p: (epoch(at(p[0] * 30)), epoch(at((p[0] + p[1]) * 30)))
+    ),
     max_size=5,
 )
 
