@@ -74,3 +74,14 @@ def close_quiet_alerts() -> int:
     from cluster.collector import close_quiet_gpu_alerts
 
     return close_quiet_gpu_alerts()
+
+
+@shared_task(name="cluster.tasks.bookings_tick", ignore_result=True)
+def bookings_tick() -> dict:
+    """Beat: end due bookings, warn and release idle ones, remind bookers, raise conflicts (one run at a time)."""
+    from django.utils import timezone
+
+    from cluster import booking_watch
+
+    with advisory_lock("cluster.bookings_tick") as locked:
+        return booking_watch.watch(now=timezone.now()) if locked else {}
