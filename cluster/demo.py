@@ -15,6 +15,7 @@ from django.utils.text import slugify
 from accounting.models import Membership, Project, Team
 from accounting.roles import ADMIN_GROUP, FINANCE_GROUP, TeamRole
 from cluster.choices import NodeStatus
+from cluster.demo_bookings import load_demo_bookings
 from cluster.models import Gpu, GpuModel, IdentityKind, Node, TeamIdentity
 from cluster.services import node_status_set
 from cluster.units import share_from_fraction
@@ -113,6 +114,7 @@ def load_demo(*, agents: dict | None = None) -> list[DemoLogin]:
             port += 1
             _load_gpus(node, models[short])
     _load_teams_and_users()
+    load_demo_bookings()
     return [DemoLogin(username, group or ", ".join(f"{r} of {t}" for t, r in teams)) for username, _n, group, teams in USERS]
 
 

@@ -9,24 +9,29 @@ import subprocess
 import sys
 import time
 import urllib.request
+from datetime import timedelta
 from http.cookiejar import CookieJar
 
 import pytest
 from django.contrib.auth import authenticate
+from django.utils import timezone
 
 from accounting.models import Membership, Team
 from accounting.roles import TeamRole, is_admin, is_finance
 from cluster.demo import DEMO_PASSWORD, load_demo
-from cluster.models import Gpu, GpuModel, Node
+from cluster.demo_bookings import week_start
+from cluster.models import Booking, Gpu, GpuModel, MaintenanceWindow, Node
 from config.embedded import BASE_DIR
 
 
 @pytest.mark.django_db
 def test_the_demo_data_has_a_cluster_and_every_role_and_loads_twice_unchanged():
     load_demo()
-    counts = (Node.objects.count(), Gpu.objects.count(), Team.objects.count(), Membership.objects.count())
+    counts = (Node.objects.count(), Gpu.objects.count(), Team.objects.count(), Membership.objects.count(),
+              Booking.objects.count(), MaintenanceWindow.objects.count())
     load_demo()
-    assert (Node.objects.count(), Gpu.objects.count(), Team.objects.count(), Membership.objects.count()) == counts
+    assert (Node.objects.count(), Gpu.objects.count(), Team.objects.count(), Membership.objects.count(),
+            Booking.objects.count(), MaintenanceWindow.objects.count()) == counts
     whole = Gpu.objects.filter(mig_parent__isnull=True)
     assert Node.objects.count() >= 8
     assert all(node.gpus.filter(mig_parent__isnull=True).count() == 8 for node in Node.objects.all())
@@ -37,6 +42,17 @@ def test_the_demo_data_has_a_cluster_and_every_role_and_loads_twice_unchanged():
     assert is_admin(users["admin"]) and is_finance(users["finance"])
     assert Membership.objects.get(user=users["lead-llm"]).role == TeamRole.LEAD
     assert Membership.objects.get(user=users["eng-llm"]).role == TeamRole.ENGINEER
+
+
+@pytest.mark.django_db
+def test_the_demo_has_a_week_of_bookings_from_every_team_and_a_maintenance_window():
+    load_demo()
+    monday = week_start(timezone.now())
+    this_week = Booking.objects.filter(start__lt=monday + timedelta(days=7), end__gt=monday)
+    assert this_week.count() >= 8
+    assert set(this_week.values_list("team__slug", flat=True)) == {"llm", "vision", "inference"}
+    assert {local.weekday() for local in (timezone.localtime(b.start) for b in this_week)} >= {0, 1, 2, 3, 4, 5}
+    assert MaintenanceWindow.objects.filter(start__gte=monday).exists()
 
 
 def free_port() -> int:
