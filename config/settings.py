@@ -228,6 +228,8 @@ SPECTACULAR_SETTINGS = {
         "JobSourceEnum": "cluster.models.jobs.JobSource",
         "JobStateEnum": "cluster.models.jobs.JobState",
         "AllocationOriginEnum": "cluster.models.jobs.AllocationOrigin",
+        "BookingModeEnum": "cluster.models.bookings.BookingMode",
+        "BookingStatusEnum": "cluster.models.bookings.BookingStatus",
     },
 }
 

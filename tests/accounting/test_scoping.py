@@ -1,12 +1,15 @@
 """Role scoping (DESIGN.md §2): a lead or engineer of team A never sees team B's rows; admin and
 finance see every team. Later issues add their list pages and endpoints to the tables below."""
 
+from datetime import timedelta
+
 import pytest
 from django.urls import reverse
 
 from accounting.models import Membership, Project, Team
+from cluster.bookings import booking_create
 from cluster.jobs import JobInput, job_upsert
-from cluster.models import Job
+from cluster.models import Booking, Gpu, Job
 from tests.conftest import T0
 
 pytestmark = pytest.mark.django_db
@@ -17,6 +20,7 @@ API_LISTS = [
     ("/api/v1/projects/", lambda row: row["team"]),
     ("/api/v1/memberships/", lambda row: row["team"]),
     ("/api/v1/jobs/", lambda row: row["team"]),
+    ("/api/v1/bookings/", lambda row: row["team"]),
 ]
 # (page, the context list of team rows, how a row names its team)
 PAGE_LISTS = [
@@ -30,6 +34,7 @@ def objects_of(team):
     project = Project.objects.filter(team=team).first()
     membership = Membership.objects.filter(team=team).first()
     job = Job.objects.filter(team=team).first()
+    booking = Booking.objects.filter(team=team).first()
     return [
         reverse("accounting:team-detail", args=[team.slug]),
         f"/api/v1/teams/{team.slug}/",
@@ -37,14 +42,18 @@ def objects_of(team):
         f"/api/v1/memberships/{membership.pk}/",
         f"/api/v1/jobs/{job.pk}/",
         reverse("cluster:job-detail", args=[job.pk]),
+        f"/api/v1/bookings/{booking.pk}/",
     ]
 
 
 @pytest.fixture
-def both_teams(lead_a, engineer_a, lead_b, engineer_b):
+def both_teams(lead_a, engineer_a, lead_b, engineer_b, small_cluster):
     teams = Team.objects.get(slug="alpha"), Team.objects.get(slug="beta")
-    for team in teams:
+    for index, (team, lead) in enumerate(zip(teams, (lead_a, lead_b), strict=True)):
         job_upsert(JobInput(source="slurm", external_id=f"{team.slug}-1", start_time=T0, team=team))
+        gpu = Gpu.objects.get(node__hostname="h200-a", index=index)
+        booking_create(user=lead, team=team, gpus=[gpu], start=T0 + timedelta(hours=1), end=T0 + timedelta(hours=2),
+                       now=T0)
     return teams
 
 
