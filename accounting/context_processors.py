@@ -21,6 +21,7 @@ def navigation(request):
     entries = [
         NavEntry(_("Inventory"), reverse("cluster:inventory"), "inventory"),
         NavEntry(_("Jobs"), reverse("cluster:job-list"), "jobs"),
+        NavEntry(_("Bookings"), reverse("cluster:booking-calendar"), "bookings"),
         NavEntry(_("Teams"), reverse("accounting:team-list"), "teams"),
         NavEntry(_("API tokens"), reverse("accounting:token-list"), "tokens"),
     ]

@@ -1,6 +1,6 @@
 from django.urls import path
 
-from cluster import job_views, views
+from cluster import booking_views, job_views, views
 
 app_name = "cluster"
 urlpatterns = [
@@ -8,4 +8,9 @@ urlpatterns = [
     path("inventory/nodes/<str:hostname>/", views.node_detail, name="node-detail"),
     path("jobs/", job_views.job_list, name="job-list"),
     path("jobs/<int:pk>/", job_views.job_detail, name="job-detail"),
+    path("bookings/", booking_views.booking_calendar, name="booking-calendar"),
+    path("bookings/new/", booking_views.booking_new, name="booking-new"),
+    path("bookings/mine/", booking_views.booking_mine, name="booking-mine"),
+    path("bookings/<int:pk>/cancel/", booking_views.booking_cancel_view, name="booking-cancel"),
+    path("bookings/<int:pk>/extend/", booking_views.booking_extend_view, name="booking-extend"),
 ]
