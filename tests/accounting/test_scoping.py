@@ -49,10 +49,11 @@ def objects_of(team):
 @pytest.fixture
 def both_teams(lead_a, engineer_a, lead_b, engineer_b, small_cluster):
     teams = Team.objects.get(slug="alpha"), Team.objects.get(slug="beta")
-    for index, (team, lead) in enumerate(zip(teams, (lead_a, lead_b), strict=True)):
+    pairs = ((lead_a, engineer_a), (lead_b, engineer_b))
+    for index, (team, (lead, engineer)) in enumerate(zip(teams, pairs, strict=True)):
         job_upsert(JobInput(source="slurm", external_id=f"{team.slug}-1", start_time=T0, team=team))
         gpu = Gpu.objects.get(node__hostname="h200-a", index=index)
-        booking_create(user=lead, team=team, gpus=[gpu], start=T0 + timedelta(hours=1), end=T0 + timedelta(hours=2),
+        booking_create(user=lead, team=team, booker=engineer, gpus=[gpu], start=T0 + timedelta(hours=1), end=T0 + timedelta(hours=2),
                        now=T0)
     return teams
 
@@ -131,3 +132,13 @@ def test_team_validation_names_the_field_and_rule(api, admin_user):
     body = response.json()
     assert "cost_centre" in body
     assert body["detail"].startswith("cost_centre: A cost-centre code is 1 to 32 letters")
+
+
+@pytest.mark.parametrize("who", ["lead_a", "engineer_a"])
+def test_my_bookings_page_holds_no_booking_of_another_team(client, both_teams, request, who):
+    client.force_login(request.getfixturevalue(who))
+    response = client.get(reverse("cluster:booking-mine"))
+    assert response.status_code == 200
+    rows = [booking for table in response.context["tables"] for booking in table["rows"]]
+    assert rows and {booking.team.slug for booking in rows} == {"alpha"}
+    assert "Team Beta" not in response.content.decode()
