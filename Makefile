@@ -39,7 +39,7 @@ bench: install
 	$(BIN)/python -m config.bench $(BENCH_ARGS)
 
 messages: install
-	$(BIN)/python manage.py makemessages -l zh_Hans --no-obsolete --ignore=.venv --ignore=var
+	$(BIN)/python manage.py makemessages -l zh_Hans --no-obsolete --ignore=.venv --ignore=var --ignore=tests
 	$(BIN)/python manage.py compilemessages -l zh_Hans --ignore=.venv
 
 clean:

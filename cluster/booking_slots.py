@@ -56,9 +56,9 @@ def window_problems(
     problems = []
     grid = limits.grid_minutes
     if new and not on_grid(start, grid):
-        problems.append(("start", _("must be on the %(grid)d-minute grid (e.g. 10:00 or 10:30).") % {"grid": grid}))
+        problems.append(("start", _("must be on the %(grid)d-minute grid (a whole number of %(grid)d-minute steps past midnight).") % {"grid": grid}))
     if not on_grid(end, grid) and not (not new and end <= now):
-        problems.append(("end", _("must be on the %(grid)d-minute grid (e.g. 10:00 or 10:30).") % {"grid": grid}))
+        problems.append(("end", _("must be on the %(grid)d-minute grid (a whole number of %(grid)d-minute steps past midnight).") % {"grid": grid}))
     if end <= start:
         problems.append(("end", _("must be after the start.")))
         return problems

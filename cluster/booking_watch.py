@@ -139,8 +139,8 @@ def _release(booking: Booking, gpus: list[Gpu], idle: int, now: datetime) -> boo
 
 def _warn(booking: Booking, gpus: list[Gpu], idle: int, release_minutes: int, now: datetime) -> bool:
     message = ngettext(
-        "All %(n)d GPU of booking #%(id)d idle for %(minutes)d minutes.",
-        "All %(n)d GPUs of booking #%(id)d idle for %(minutes)d minutes.",
+        "The GPU of booking #%(id)d has been idle for %(minutes)d minutes.",
+        "All %(n)d GPUs of booking #%(id)d have been idle for %(minutes)d minutes.",
         len(gpus),
     ) % {"n": len(gpus), "id": booking.pk, "minutes": idle}
     if release_minutes:

@@ -108,7 +108,7 @@ def test_it_warns_once_when_all_gpus_are_idle_for_30_minutes(booking, gpus):
     warning = alerts(booking, AlertKind.BOOKING_IDLE).get()
     assert warning.tier == AlertTier.WARNING and warning.closed_at is None
     assert warning.subject_label == f"booking #{booking.pk} (Team Alpha)"
-    assert warning.message.startswith(f"All 2 GPUs of booking #{booking.pk} idle for 30 minutes")
+    assert warning.message.startswith(f"All 2 GPUs of booking #{booking.pk} have been idle for 30 minutes")
     assert "60" in warning.message
 
     again = state(booking)

@@ -113,7 +113,7 @@ def test_a_rule_broken_is_400_on_its_field(client, engineer_a, team_a, cluster):
     client.force_login(engineer_a)
     off_grid = client.post(NEW, form_data(team=team_a.pk, gpu_model=cluster["h200"].pk, start="2026-11-02T10:15"))
     assert off_grid.status_code == 400
-    assert off_grid.context["form"].errors["start"] == ["must be on the 30-minute grid (e.g. 10:00 or 10:30)."]
+    assert off_grid.context["form"].errors["start"] == ["must be on the 30-minute grid (a whole number of 30-minute steps past midnight)."]
     too_long = client.post(NEW, form_data(team=team_a.pk, gpu_model=cluster["h200"].pk, hours="200"))
     assert too_long.status_code == 400
     assert too_long.context["form"].errors["hours"] == ["a booking lasts at most 168 hours."]
