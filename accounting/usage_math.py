@@ -1,0 +1,154 @@
+"""GPU-minute states (DESIGN.md §4) with no ORM: every tick of a GPU's capacity in exactly one of
+``down``, ``unallocated``, ``busy``, ``idle``, ``unmeasured``, per team and project.
+
+Times are integer epoch seconds on whole minutes; usage is integer ticks (1/840,000 GPU-second), so
+every sum is exact. Two steps:
+
+1. :func:`settle_claims` turns the allocations on one physical GPU (bookings, jobs, MIG slices) into
+   pieces that never exceed its capacity: in each stretch the claims are served in priority order
+   (bookings before jobs, then earlier first). A job inside its own team's booking therefore adds
+   nothing (the booking already holds the GPU: counted once), and a job on another team's booking is
+   the booking's (the conflict is flagged by the booking watch).
+2. :func:`split_states` splits each minute of a window: of a holder's ticks in the minute, the share
+   covered by utilization readings (``covered`` seconds of 60) is busy or idle by the minute's mean
+   utilization, the share recorded down without readings is ``down`` (no team), the rest is
+   ``unmeasured`` (allocated) or ``unallocated``. Covered seconds are taken to fall outside the down
+   stretch first (samples arrive while a node is up), so down-and-uncovered = min(down, 60 − covered).
+   Each part is floored; the remainder stays unmeasured/unallocated, so the parts add up exactly.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+BUSY, IDLE, UNMEASURED, UNALLOCATED, DOWN = "busy", "idle", "unmeasured", "unallocated", "down"
+STATES = (BUSY, IDLE, UNMEASURED, UNALLOCATED, DOWN)
+ALLOCATED_STATES = (BUSY, IDLE, UNMEASURED)
+MINUTE = 60
+BUSY_FLAG = 64  # in a minute code: covered seconds (0–60) + 64 when the mean utilization is at or over the threshold
+
+Key = tuple[str, int | None, int | None]  # (state, team id, project id)
+
+
+@dataclass(frozen=True)
+class Claim:
+    """An allocation on one physical GPU over ``[start, end)``: ``share`` ticks per second."""
+
+    start: int
+    end: int
+    share: int
+    team_id: int | None
+    project_id: int | None
+    priority: tuple = ()
+
+
+@dataclass(frozen=True)
+class Piece:
+    """A stretch over which one holder has a constant share of the GPU."""
+
+    start: int
+    end: int
+    share: int
+    team_id: int | None
+    project_id: int | None
+
+
+def settle_claims(claims: Iterable[Claim], capacity: int) -> list[Piece]:
+    """Pieces of ``claims`` that never hold more than ``capacity`` at once (see the module docstring)."""
+    claims = sorted((c for c in claims if c.end > c.start and c.share > 0), key=lambda c: c.priority)
+    if not claims:
+        return []
+    bounds = sorted({c.start for c in claims} | {c.end for c in claims})
+    pieces: list[Piece] = []
+    for lo, hi in itertools.pairwise(bounds):
+        left = capacity
+        for claim in claims:
+            if left == 0:
+                break
+            if claim.start <= lo and claim.end >= hi:
+                share = min(claim.share, left)
+                left -= share
+                _append(pieces, Piece(lo, hi, share, claim.team_id, claim.project_id))
+    return pieces
+
+
+def _append(pieces: list[Piece], piece: Piece) -> None:
+    """Add ``piece``, merged into an earlier piece of the same holder and share that ends where it starts."""
+    for i in range(len(pieces) - 1, -1, -1):
+        last = pieces[i]
+        if last.end < piece.start:
+            break
+        if (last.end == piece.start and (last.share, last.team_id, last.project_id)
+                == (piece.share, piece.team_id, piece.project_id)):
+            pieces[i] = Piece(last.start, piece.end, last.share, last.team_id, last.project_id)
+            return
+    pieces.append(piece)
+
+
+def minute_codes(start: int, minutes: int, readings: Mapping[int, tuple[float | None, int]], threshold: float):
+    """The per-minute code array (covered seconds + BUSY_FLAG) from ``{minute start: (util mean, covered s)}``."""
+    codes = np.zeros(minutes, dtype=np.int64)
+    for moment, (util, covered) in readings.items():
+        index = (moment - start) // MINUTE
+        if 0 <= index < minutes and covered:
+            codes[index] = min(int(covered), MINUTE) + (BUSY_FLAG if util is not None and util >= threshold else 0)
+    return codes
+
+
+def _overlap_seconds(starts: np.ndarray, lo: int, hi: int) -> np.ndarray:
+    return np.clip(np.minimum(starts + MINUTE, hi) - np.maximum(starts, lo), 0, MINUTE)
+
+
+def merge_ranges(ranges: Iterable[tuple[int, int]]) -> list[tuple[int, int]]:
+    merged: list[list[int]] = []
+    for lo, hi in sorted(r for r in ranges if r[1] > r[0]):
+        if merged and lo <= merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], hi)
+        else:
+            merged.append([lo, hi])
+    return [(lo, hi) for lo, hi in merged]
+
+
+def split_states(
+    *, start: int, end: int, capacity: int, pieces: Sequence[Piece], codes: np.ndarray,
+    down: Iterable[tuple[int, int]] = (),
+) -> Counter[Key]:
+    """Ticks per (state, team, project) of one GPU over ``[start, end)`` (whole minutes); ``codes`` from
+    :func:`minute_codes` for the same window; ``down`` the ranges its node was recorded down."""
+    if start % MINUTE or end % MINUTE or end < start:
+        raise ValueError("the window must be whole minutes")
+    minutes = (end - start) // MINUTE
+    out: Counter[Key] = Counter()
+    if minutes == 0:
+        return out
+    starts = start + MINUTE * np.arange(minutes, dtype=np.int64)
+    covered = codes % BUSY_FLAG
+    busy = codes >= BUSY_FLAG
+    down_s = np.zeros(minutes, dtype=np.int64)
+    for lo, hi in merge_ranges(down):
+        down_s += _overlap_seconds(starts, lo, hi)
+    down_uncovered = np.minimum(down_s, MINUTE - covered)
+    unallocated = np.full(minutes, capacity * MINUTE, dtype=np.int64)
+    for piece in pieces:
+        if piece.end <= start or piece.start >= end:
+            continue
+        ticks = piece.share * _overlap_seconds(starts, piece.start, piece.end)
+        unallocated -= ticks
+        measured = ticks * covered // MINUTE
+        gone = ticks * down_uncovered // MINUTE
+        holder = (piece.team_id, piece.project_id)
+        out[(BUSY, *holder)] += int(measured[busy].sum())
+        out[(IDLE, *holder)] += int(measured[~busy].sum())
+        out[(UNMEASURED, *holder)] += int((ticks - measured - gone).sum())
+        out[(DOWN, None, None)] += int(gone.sum())
+    if (unallocated < 0).any():
+        raise ValueError("pieces hold more than the GPU's capacity; settle the claims first")
+    gone = unallocated * down_uncovered // MINUTE
+    out[(DOWN, None, None)] += int(gone.sum())
+    out[(UNALLOCATED, None, None)] += int((unallocated - gone).sum())
+    return +out  # drop zero entries
