@@ -85,3 +85,4 @@ def bookings_tick() -> dict:
 
     with advisory_lock("cluster.bookings_tick") as locked:
         return booking_watch.watch(now=timezone.now()) if locked else {}
+

@@ -300,6 +300,8 @@ BOOKING_IDLE_WARN_MINUTES = env_int("BOOKING_IDLE_WARN_MINUTES", 30, minimum=0) 
 BOOKING_IDLE_RELEASE_MINUTES = env_int("BOOKING_IDLE_RELEASE_MINUTES", 60, minimum=0)  # 0: never release
 BOOKING_REMIND_BEFORE_END_MINUTES = env_int("BOOKING_REMIND_BEFORE_END_MINUTES", 15, minimum=0)
 BOOKINGS_EVERY_S = env_int("BOOKINGS_EVERY_S", 60, minimum=1)
+# Usage aggregates (DESIGN.md §4): days marked by the triggers and the open days are recomputed this often.
+USAGE_AGGREGATE_EVERY_S = env_int("USAGE_AGGREGATE_EVERY_S", 300, minimum=10)
 
 # Periodic work; each entry expires before its next run so a stalled queue never piles them up.
 CELERY_BEAT_SCHEDULE = {
@@ -310,6 +312,10 @@ CELERY_BEAT_SCHEDULE = {
     "rollup": {"task": "cluster.tasks.rollup_pending", "schedule": 30.0, "options": {"expires": 30}},
     "close-quiet-alerts": {"task": "cluster.tasks.close_quiet_alerts", "schedule": 300.0, "options": {"expires": 300}},
     "bookings": {"task": "cluster.tasks.bookings_tick", "schedule": BOOKINGS_EVERY_S, "options": {"expires": BOOKINGS_EVERY_S}},
+    "usage": {
+        "task": "accounting.tasks.usage_aggregate", "schedule": USAGE_AGGREGATE_EVERY_S,
+        "options": {"expires": USAGE_AGGREGATE_EVERY_S},
+    },
     "prune-telemetry": {"task": "cluster.tasks.prune_telemetry", "schedule": 3600.0, "options": {"expires": 3600}},
     "observed-usage": {
         "task": "cluster.tasks.observed_scan", "schedule": OBSERVED_SCAN_EVERY_S,

@@ -1,0 +1,191 @@
+"""Daily usage aggregates from a hand-made day: two teams, jobs and a booking (a job inside it counted
+once), idle stretches, a node outage, a sample gap, a MIG slice, an unplaced job, and a late batch of
+samples that turns unmeasured into busy. Every figure is checked in exact card-hours."""
+
+from collections import defaultdict
+from datetime import date, timedelta
+from fractions import Fraction
+
+import pytest
+
+from accounting.models import DailyUnplacedUsage, DailyUsage, UsageDirty
+from accounting.usage import aggregate_day, usage_process, usage_recompute
+from cluster.bookings import booking_create
+from cluster.models import Allocation, Gpu, GpuModel, Job, MinuteRollup, Node, NodeStatusPeriod
+from tests.conftest import T0
+
+DAY = date(2026, 11, 2)
+NOW = T0 + timedelta(days=1, hours=1)  # the next day, 01:00: the day is over
+GPU = 840_000
+pytestmark = pytest.mark.django_db
+
+
+def at(hours: float):
+    return T0 + timedelta(hours=hours)
+
+
+def rollups(gpu, start_h, end_h, util, covered=60):
+    minutes = round((end_h - start_h) * 60)
+    MinuteRollup.objects.bulk_create([
+        MinuteRollup(gpu=gpu, bucket=at(start_h) + timedelta(minutes=m), util_mean=util, util_max=util,
+                     covered_s=covered, util_covered_s=covered, sample_count=6)
+        for m in range(minutes)
+    ])
+
+
+def job(team, gpu, start_h, end_h, *, share=GPU, model=None, name="j"):
+    run = Job.objects.create(source="api", external_id=f"{name}-{start_h}", team=team, state="completed",
+                             start_time=at(start_h), end_time=at(end_h))
+    Allocation.objects.create(job=run, gpu=gpu, gpu_model=model, share=share, start=at(start_h), end=at(end_h))
+    return run
+
+
+def hours(ticks) -> Fraction:
+    return Fraction(ticks, GPU * 3600)
+
+
+def figures(day=DAY) -> dict:
+    out = defaultdict(Fraction)
+    for row in DailyUsage.objects.filter(day=day).select_related("gpu__node", "team"):
+        name = f"{row.gpu.node.hostname}/{row.gpu.index}"
+        out[(name, row.state, row.team.slug if row.team else None)] += hours(row.ticks)
+    return dict(out)
+
+
+@pytest.fixture
+def day(team_a, team_b, engineer_a):
+    model = GpuModel.objects.create(name="NVIDIA H200", short_name="H200", memory_mib=143771)
+    n1 = Node.objects.create(hostname="n1")
+    n2 = Node.objects.create(hostname="n2")
+    g0, g1 = (Gpu.objects.create(node=n1, index=i, uuid=f"G{i}", model=model, memory_mib=1) for i in (0, 1))
+    g2 = Gpu.objects.create(node=n2, index=0, uuid="G2", model=model, memory_mib=1)
+    slice_ = Gpu.objects.create(node=n2, index=0, uuid="MIG-1", model=model, memory_mib=1, mig_parent=g2,
+                                mig_profile="1g.18gb", share=GPU // 7)
+    # g0: team A's job 01:00–03:00: busy an hour, idle to 02:30 (its last minute half measured), then a gap.
+    job(team_a, g0, 1, 3, name="a-train")
+    rollups(g0, 1, 2, 50.0)
+    rollups(g0, 2, 2.5 - 1 / 60, 1.0)
+    rollups(g0, 2.5 - 1 / 60, 2.5, 1.0, covered=30)
+    # g1: team A's booking 10:00–12:00 with team A's job inside it (counted once); busy the first hour.
+    booking_create(user=engineer_a, team=team_a, project=team_a.projects.get(), gpus=[g1], start=at(10), end=at(12),
+                   now=T0)
+    job(team_a, g1, 10.5, 11.5, name="a-in-booking")
+    rollups(g1, 10, 11, 80.0)
+    # g1: team B's job 13:00–14:00, busy until the node goes unreachable 13:30–14:30.
+    job(team_b, g1, 13, 14, name="b-eval")
+    rollups(g1, 13, 13.5, 90.0)
+    NodeStatusPeriod.objects.create(node=n1, status="unreachable", started_at=at(13.5), ended_at=at(14.5))
+    # g2: team B's job on a 1g MIG slice 00:00–06:00 (MIG reports no utilization).
+    job(team_b, slice_, 0, 6, share=GPU // 7, name="b-mig")
+    # An unplaced job of team A: 2 GPUs 05:00–07:00.
+    job(team_a, None, 5, 7, share=2 * GPU, model=model, name="a-unplaced")
+    return {"g0": g0, "g1": g1, "g2": g2}
+
+
+def test_every_figure_of_the_day(day):
+    aggregate_day(day=DAY, now=NOW)
+    half_min = Fraction(30, 3600)
+    assert figures() == {
+        ("n1/0", "busy", "alpha"): 1,
+        ("n1/0", "idle", "alpha"): Fraction(1, 2) - half_min,
+        ("n1/0", "unmeasured", "alpha"): Fraction(1, 2) + half_min,
+        ("n1/0", "down", None): 1,
+        ("n1/0", "unallocated", None): 21,
+        ("n1/1", "busy", "alpha"): 1,  # the booking's, not the job's inside it
+        ("n1/1", "unmeasured", "alpha"): 1,
+        ("n1/1", "busy", "beta"): Fraction(1, 2),
+        ("n1/1", "down", None): 1,  # 13:30–14:30: half of it B's job, unmeasured while down → down
+        ("n1/1", "unallocated", None): Fraction(41, 2),
+        ("n2/0", "unmeasured", "beta"): Fraction(6, 7),
+        ("n2/0", "unallocated", None): 24 - Fraction(6, 7),
+    }
+    unplaced = DailyUnplacedUsage.objects.get(day=DAY)
+    assert (unplaced.team.slug, hours(unplaced.ticks), unplaced.gpu_model.short_name) == ("alpha", 4, "H200")
+
+
+def test_the_states_add_up_to_capacity_per_gpu(day):
+    aggregate_day(day=DAY, now=NOW)
+    per_gpu = defaultdict(Fraction)
+    for (name, _state, _team), value in figures().items():
+        per_gpu[name] += value
+    assert dict(per_gpu) == {"n1/0": 24, "n1/1": 24, "n2/0": 24}
+
+
+def test_the_booking_project_is_the_ones_charged(day, team_a):
+    aggregate_day(day=DAY, now=NOW)
+    rows = DailyUsage.objects.filter(day=DAY, gpu=day["g1"], team=team_a)
+    assert {row.project.slug for row in rows} == {"alpha-pre"}
+
+
+def test_late_samples_turn_unmeasured_into_busy(day):
+    usage_process(now=NOW)
+    assert figures()[("n1/0", "unmeasured", "alpha")] == Fraction(1, 2) + Fraction(30, 3600)
+    assert not UsageDirty.objects.exists()
+    rollups(day["g0"], 2.5, 3, 60.0)  # the agent's spool arrives after an outage
+    assert UsageDirty.objects.exists()  # the trigger marked the range
+    result = usage_process(now=NOW + timedelta(minutes=5))
+    assert result["marks"] >= 1 and result["days_redone"] == 1
+    after = figures()
+    assert after[("n1/0", "busy", "alpha")] == Fraction(3, 2)
+    assert after[("n1/0", "unmeasured", "alpha")] == Fraction(30, 3600)
+
+
+def test_a_team_mapped_later_moves_the_usage(day, team_b):
+    usage_process(now=NOW)
+    Job.objects.filter(external_id__startswith="b-eval").update(team=None, source="observed")
+    usage_process(now=NOW + timedelta(minutes=5))
+    assert ("n1/1", "busy", "beta") not in figures() and figures()[("n1/1", "busy", None)] == Fraction(1, 2)
+
+
+def test_aggregating_twice_gives_the_same_rows(day):
+    def snapshot():
+        return sorted(DailyUsage.objects.values_list("day", "gpu_id", "state", "team_id", "project_id", "ticks"))
+
+    aggregate_day(day=DAY, now=NOW)
+    first = snapshot()
+    aggregate_day(day=DAY, now=NOW)
+    usage_recompute(start=T0, end=T0 + timedelta(days=1), now=NOW)
+    assert snapshot() == first
+
+
+def test_today_counts_up_to_now_only(day):
+    aggregate_day(day=DAY, now=at(2))
+    per_gpu = defaultdict(Fraction)
+    for (name, _state, _team), value in figures().items():
+        per_gpu[name] += value
+    assert dict(per_gpu) == {"n1/0": 2, "n1/1": 2, "n2/0": 2}
+
+
+@pytest.mark.django_db(transaction=True)
+def test_two_aggregations_at_once_give_the_rows_of_one(day):
+    import threading
+
+    from django.db import connection
+
+    aggregate_day(day=DAY, now=NOW)
+    expected = sorted(DailyUsage.objects.values_list("gpu_id", "state", "team_id", "project_id", "ticks"))
+    barrier, errors = threading.Barrier(2), []
+
+    def run():
+        try:
+            barrier.wait()
+            usage_recompute(start=T0, end=T0 + timedelta(days=1), now=NOW)
+        except Exception as exc:
+            errors.append(exc)
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=run) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+    assert sorted(DailyUsage.objects.values_list("gpu_id", "state", "team_id", "project_id", "ticks")) == expected
+
+
+def test_the_task_runs_the_aggregation(day):
+    from accounting.tasks import usage_aggregate
+
+    result = usage_aggregate.apply().get()
+    assert result["open_days"] >= 1 and DailyUsage.objects.exists()
