@@ -7,11 +7,11 @@ refusal (a concurrent writer won) into the same 409.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 
 from django.conf import settings
-from django.db import IntegrityError, connection, transaction
+from django.db import IntegrityError, OperationalError, connection, transaction
 from django.db.backends.postgresql.psycopg_any import DateTimeTZRange
 from django.db.models import BigIntegerField, Func
 from django.utils import timezone
@@ -43,6 +43,7 @@ from cluster.models import (
 )
 
 EXCLUSION_VIOLATION = "23P01"
+DEADLOCK_DETECTED = "40P01"
 AUTO_PICK_ATTEMPTS = 5
 
 
@@ -105,8 +106,23 @@ def first_conflict(gpu_ids: Sequence[int], start: datetime, end: datetime, *, ex
     return holds.order_by("during", "gpu__node__hostname", "gpu__index").first()
 
 
-def _is_overlap(exc: IntegrityError) -> bool:
-    return getattr(exc.__cause__, "sqlstate", None) == EXCLUSION_VIOLATION
+def _hold_write(write: Callable[[], None], *, attempts: int = 3) -> bool:
+    """Run ``write`` (inserting or moving holds) in a savepoint; False when a concurrent writer holds the
+    GPUs (the exclusion constraint refused). Two inserts that check the constraint at the same moment
+    can deadlock (PostgreSQL's exclusion checks wait on each other where a unique index would not);
+    PostgreSQL aborts one of them, which tries again and then finds the other's hold."""
+    for _attempt in range(attempts):
+        try:
+            with transaction.atomic():
+                write()
+            return True
+        except (IntegrityError, OperationalError) as exc:
+            state = getattr(exc.__cause__, "sqlstate", None)
+            if state == EXCLUSION_VIOLATION:
+                return False
+            if state != DEADLOCK_DETECTED:
+                raise
+    return False
 
 
 def _check_booker(*, user, team: Team, booker) -> None:
@@ -238,16 +254,16 @@ def _book_named(booking: Booking, gpus: list[Gpu]) -> Booking:
     gpu_ids = [gpu.pk for gpu in gpus]
     if (hold := first_conflict(gpu_ids, booking.start, booking.end)) is not None:
         raise BookingRefused(409, "gpus", hold_conflict_message(hold))
-    try:
-        with transaction.atomic():
-            booking.save()
-            _insert_holds(booking, gpu_ids)
-    except IntegrityError as exc:
-        if not _is_overlap(exc):
-            raise
+    if not _hold_write(lambda: _save_with_holds(booking, gpu_ids)):
         hold = first_conflict(gpu_ids, booking.start, booking.end)
-        raise BookingRefused(409, "gpus", hold_conflict_message(hold) if hold else _("the GPUs were just booked.")) from exc
+        raise BookingRefused(409, "gpus", hold_conflict_message(hold) if hold else _("the GPUs were just booked."))
     return booking
+
+
+def _save_with_holds(booking: Booking, gpu_ids: Sequence[int]) -> None:
+    booking.pk, booking._state.adding = None, True  # a retried attempt inserts afresh
+    booking.save()
+    _insert_holds(booking, gpu_ids)
 
 
 def _book_picked(booking: Booking, gpu_model: GpuModel, limits: Limits, now: datetime) -> Booking:
@@ -259,17 +275,11 @@ def _book_picked(booking: Booking, gpu_model: GpuModel, limits: Limits, now: dat
         chosen = pick_gpus([c for c in pool if c.gpu_id not in busy], booking.gpu_count)
         if chosen is None:
             break
-        try:
-            with transaction.atomic():
-                booking.save()
-                _insert_holds(booking, [c.gpu_id for c in chosen])
+        chosen_ids = [c.gpu_id for c in chosen]
+        if _hold_write(lambda ids=chosen_ids: _save_with_holds(booking, ids)):
             return booking
-        except IntegrityError as exc:
-            if not _is_overlap(exc):
-                raise
-            booking.pk = None
-            taken = busy_ranges([c.gpu_id for c in chosen], booking.start, booking.end)
-            lost.update(taken or [c.gpu_id for c in chosen])
+        taken = busy_ranges(chosen_ids, booking.start, booking.end)
+        lost.update(taken or chosen_ids)
     raise BookingRefused(409, "count", _no_room_message(booking, gpu_model, candidates, limits, now))
 
 
@@ -321,14 +331,9 @@ def booking_set_end(*, user, booking: Booking, end: datetime, now: datetime | No
     gpu_ids = list(booking.holds.active().values_list("gpu_id", flat=True))
     if (hold := first_conflict(gpu_ids, booking.start, end, exclude_booking=booking.pk)) is not None:
         raise BookingRefused(409, "end", hold_conflict_message(hold))
-    try:
-        with transaction.atomic():
-            booking.holds.active().update(during=DateTimeTZRange(booking.start, end))
-    except IntegrityError as exc:
-        if not _is_overlap(exc):
-            raise
+    if not _hold_write(lambda: booking.holds.active().update(during=DateTimeTZRange(booking.start, end))):
         hold = first_conflict(gpu_ids, booking.start, end, exclude_booking=booking.pk)
-        raise BookingRefused(409, "end", hold_conflict_message(hold) if hold else _("the GPUs were just booked.")) from exc
+        raise BookingRefused(409, "end", hold_conflict_message(hold) if hold else _("the GPUs were just booked."))
     booking.end = booking.booked_end = end
     booking.reminded_at = None
     booking.save(update_fields=["end", "booked_end", "reminded_at"])
@@ -391,14 +396,8 @@ def maintenance_create(*, node: Node, start: datetime, end: datetime, reason: st
     if (hold := first_conflict(gpu_ids, start, end)) is not None:
         raise BookingRefused(409, "start", hold_conflict_message(hold))
     window = MaintenanceWindow.objects.create(node=node, start=start, end=end, reason=reason, created_by=user)
-    try:
-        with transaction.atomic():
-            GpuHold.objects.bulk_create(
-                GpuHold(gpu_id=gpu_id, during=DateTimeTZRange(start, end), kind=HoldKind.MAINTENANCE, maintenance=window)
-                for gpu_id in gpu_ids
-            )
-    except IntegrityError as exc:
-        if not _is_overlap(exc):
-            raise
-        raise BookingRefused(409, "start", _("the node's GPUs were just booked over this window.")) from exc
+    holds = [GpuHold(gpu_id=gpu_id, during=DateTimeTZRange(start, end), kind=HoldKind.MAINTENANCE, maintenance=window)
+             for gpu_id in gpu_ids]
+    if not _hold_write(lambda: GpuHold.objects.bulk_create(holds)):
+        raise BookingRefused(409, "start", _("the node's GPUs were just booked over this window."))
     return window
