@@ -2,6 +2,7 @@ from django.urls import path
 from rest_framework.routers import DefaultRouter
 
 from accounting.api import views as accounting_api
+from accounting.api.usage_views import UsageReportView
 from cluster.api import booking_views, job_views
 from cluster.api import views as cluster_api
 
@@ -19,4 +20,5 @@ router.register("tokens", accounting_api.ApiTokenViewSet, basename="apitoken")
 urlpatterns = [
     *router.urls,
     path("availability/", booking_views.AvailabilityView.as_view(), name="availability"),
+    path("reports/usage/", UsageReportView.as_view(), name="usage-report"),
 ]
