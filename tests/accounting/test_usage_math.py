@@ -136,3 +136,22 @@ def test_settled_claims_never_exceed_capacity(claims):
         if claim.share == GPU and claim.priority == min(c.priority for c in claims):
             assert sum(p.share * (p.end - p.start) for p in pieces if p.team_id == claim.team_id) >= \
                 GPU * (claim.end - claim.start)
+
+
+@settings(max_examples=100, deadline=None)
+@given(gpus=st.lists(st.tuples(claims, codes_st, downs), min_size=1, max_size=4))
+def test_team_and_project_sums_equal_the_per_gpu_rows(gpus):
+    per_gpu, per_team, per_project = Counter(), Counter(), Counter()
+    for gpu, (gpu_claims, codes, down) in enumerate(gpus):
+        for (state, team, project), ticks in split(settle_claims(gpu_claims, GPU), codes, down=down).items():
+            per_gpu[(gpu, state)] += ticks
+            per_team[(team, state)] += ticks
+            per_project[(team, project, state)] += ticks
+    for state in STATES:
+        by_gpu = sum(t for (_g, s), t in per_gpu.items() if s == state)
+        assert by_gpu == sum(t for (_tm, s), t in per_team.items() if s == state)
+        assert by_gpu == sum(t for (_tm, _p, s), t in per_project.items() if s == state)
+    for team in {team for team, _s in per_team}:
+        assert sum(t for (tm, _s), t in per_team.items() if tm == team) == \
+            sum(t for (tm, _p, _s), t in per_project.items() if tm == team)
+    assert sum(per_gpu.values()) == GPU * MINUTES * M * len(gpus)
