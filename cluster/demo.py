@@ -16,6 +16,7 @@ from accounting.models import Membership, Project, Team
 from accounting.roles import ADMIN_GROUP, FINANCE_GROUP, TeamRole
 from cluster.choices import NodeStatus
 from cluster.demo_bookings import load_demo_bookings
+from cluster.demo_history import load_demo_history
 from cluster.models import Gpu, GpuModel, IdentityKind, Node, TeamIdentity
 from cluster.services import node_status_set
 from cluster.units import share_from_fraction
@@ -86,9 +87,11 @@ def demo_gpu_uuid(hostname: str, index: int, mig_slot: int | None = None) -> str
 
 
 @transaction.atomic
-def load_demo(*, agents: dict | None = None) -> list[DemoLogin]:
+def load_demo(*, agents: dict | None = None, history_days: int = 30) -> list[DemoLogin]:
     """Load the data set. ``agents`` is the simulated fleet's token file (agents/fleet.py): hostname →
-    {"url", "token"}; its nodes get that URL and token so the collector can pull them."""
+    {"url", "token"}; its nodes get that URL and token so the collector can pull them. ``history_days``
+    business days of usage history (jobs, minute rollups, an outage) are generated before the agents'
+    backfill window (cluster/demo_history.py); 0 generates none."""
     models = {
         short: GpuModel.objects.update_or_create(name=name, defaults={"short_name": short, "memory_mib": mib})[0]
         for name, short, mib in GPU_MODELS
@@ -115,6 +118,8 @@ def load_demo(*, agents: dict | None = None) -> list[DemoLogin]:
             _load_gpus(node, models[short])
     _load_teams_and_users()
     load_demo_bookings()
+    if history_days:
+        load_demo_history(days=history_days)
     return [DemoLogin(username, group or ", ".join(f"{r} of {t}" for t, r in teams)) for username, _n, group, teams in USERS]
 
 

@@ -2,7 +2,7 @@
 the same run where one exists. Runs against a scratch database ``cardhour_bench`` on the embedded
 PostgreSQL (or on DATABASE_URL's server), migrated fresh and dropped afterwards.
 
-    python -m config.bench [--records N] [--only collector,rollup,agent,jobs,bookings]
+    python -m config.bench [--records N] [--only collector,rollup,agent,jobs,bookings,usage]
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import time
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m config.bench", description=__doc__.split("\n\n")[0])
     parser.add_argument("--records", type=int, default=1_000_000, help="records for the collector and rollup runs")
-    parser.add_argument("--only", default="collector,rollup,agent,jobs,bookings", help="comma-separated subset")
+    parser.add_argument("--only", default="collector,rollup,agent,jobs,bookings,usage", help="comma-separated subset")
     args = parser.parse_args(argv)
     only = set(args.only.split(","))
 
@@ -68,6 +68,20 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  earliest-slot search     {r['search_ms']:8.1f} ms  (median wait found {r['median_wait_h']:.1f} h)")
         print(f"  one-window free query    {r['one_window_query_ms']:8.1f} ms  search / it = {r['search_vs_one_window']:.2f}")
         print(f"  naive step-by-step       {r['naive_search_ms']:8.1f} ms  naive / search = {r['naive_vs_search']:.1f}")
+    if "usage" in only:
+        from accounting.usage_bench import bench_usage_day, bench_usage_report
+
+        results["usage_day"] = r = bench_usage_day()
+        print(f"\naggregate_day, one business day of {r['gpus']:,} GPUs ({r['rollups']:,} minute rollups, "
+              f"{r['allocations']:,} allocations, {r['bookings']} bookings, an outage; median of 3)")
+        print(f"  aggregate_day            {r['aggregate_s']:8.2f} s  {r['rollups_per_s']:>12,.0f} rollups/s")
+        print(f"  one query over rollups   {r['baseline_s']:8.2f} s  aggregate / it = {r['aggregate_vs_baseline']:.1f}")
+        results["usage_report"] = r = bench_usage_report()
+        print(f"\nusage_report, a month of daily aggregates ({r['daily_rows']:,} rows: {r['gpus']:,} GPUs, "
+              f"{r['teams']} teams, {r['days']} days; median of 3)")
+        for by in ("team", "gpu"):
+            print(f"  by {by:<4} ({r[f'by_{by}_rows']:>5,} rows)  {r[f'by_{by}_s'] * 1000:8.1f} ms  "
+                  f"GROUP BY {r[f'by_{by}_baseline_s'] * 1000:8.1f} ms  report / it = {r[f'by_{by}_vs_baseline']:.1f}")
     return 0
 
 

@@ -36,6 +36,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--state", default="demo", help="folder under var/ for the embedded servers' data (demo)")
     parser.add_argument("--agent-port", type=int, default=9400, help="port of the first simulated agent (9400)")
     parser.add_argument("--backfill", default="-6h", help="how far back the simulated fleet starts (-6h)")
+    parser.add_argument("--history-days", type=int, default=30, help="days of generated usage history (30)")
     args = parser.parse_args(argv)
 
     if _port_taken(args.host, args.port):
@@ -67,7 +68,8 @@ def main(argv: list[str] | None = None) -> int:
     subprocess.run([*manage, "collectstatic", "--noinput", "-v", "0"], check=True)
     _wait_for_file(tokens, fleet)
     if not args.no_load:
-        subprocess.run([*manage, "load_demo", "--agents", str(tokens)], check=True)
+        subprocess.run([*manage, "load_demo", "--agents", str(tokens), "--history-days", str(args.history_days)],
+                       check=True)
 
     children = {
         "web": [

@@ -26,10 +26,10 @@ from config.embedded import BASE_DIR
 
 @pytest.mark.django_db
 def test_the_demo_data_has_a_cluster_and_every_role_and_loads_twice_unchanged():
-    load_demo()
+    load_demo(history_days=0)  # the month of history is tests/cluster/test_demo_history.py's
     counts = (Node.objects.count(), Gpu.objects.count(), Team.objects.count(), Membership.objects.count(),
               Booking.objects.count(), MaintenanceWindow.objects.count())
-    load_demo()
+    load_demo(history_days=0)
     assert (Node.objects.count(), Gpu.objects.count(), Team.objects.count(), Membership.objects.count(),
             Booking.objects.count(), MaintenanceWindow.objects.count()) == counts
     whole = Gpu.objects.filter(mig_parent__isnull=True)
@@ -46,7 +46,7 @@ def test_the_demo_data_has_a_cluster_and_every_role_and_loads_twice_unchanged():
 
 @pytest.mark.django_db
 def test_the_demo_has_a_week_of_bookings_from_every_team_and_a_maintenance_window():
-    load_demo()
+    load_demo(history_days=0)
     monday = week_start(timezone.now())
     this_week = Booking.objects.filter(start__lt=monday + timedelta(days=7), end__gt=monday)
     assert this_week.count() >= 8
@@ -68,7 +68,7 @@ def test_the_launcher_serves_the_pages_with_demo_logins_and_stops_cleanly():
     env = {k: v for k, v in os.environ.items() if k not in {"DATABASE_URL", "REDIS_URL", "SECRET_KEY", "FIELD_ENCRYPTION_KEY"}}
     state = f"test-launcher-{os.getpid()}"
     launcher = subprocess.Popen(
-        [sys.executable, "-m", "config.launcher", "--port", str(port), "--state", state],
+        [sys.executable, "-m", "config.launcher", "--port", str(port), "--state", state, "--history-days", "2"],
         cwd=BASE_DIR, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
         start_new_session=True,
     )

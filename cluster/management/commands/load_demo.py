@@ -11,12 +11,18 @@ class Command(BaseCommand):
             "--agents", metavar="FILE",
             help="the simulated fleet's token file (python -m agents fleet --token-file): nodes get its URLs and tokens",
         )
+        parser.add_argument(
+            "--history-days", type=int, default=30, metavar="N",
+            help="business days of usage history to generate before the agents' backfill (30; 0: none)",
+        )
 
-    def handle(self, *args, agents=None, **options):
+    def handle(self, *args, agents=None, history_days=30, **options):
         import json
         from pathlib import Path
 
-        logins = load_demo(agents=json.loads(Path(agents).read_text()) if agents else None)
+        logins = load_demo(
+            agents=json.loads(Path(agents).read_text()) if agents else None, history_days=history_days
+        )
         self.stdout.write(self.style.SUCCESS(f"Demo data loaded. Logins (password '{DEMO_PASSWORD}' for all):"))
         for login in logins:
             self.stdout.write(f"  {login.username:<16} {login.role}")
