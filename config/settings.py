@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import os
+import re
 from pathlib import Path
 from urllib.parse import urlsplit
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
@@ -300,6 +301,15 @@ BOOKING_IDLE_WARN_MINUTES = env_int("BOOKING_IDLE_WARN_MINUTES", 30, minimum=0) 
 BOOKING_IDLE_RELEASE_MINUTES = env_int("BOOKING_IDLE_RELEASE_MINUTES", 60, minimum=0)  # 0: never release
 BOOKING_REMIND_BEFORE_END_MINUTES = env_int("BOOKING_REMIND_BEFORE_END_MINUTES", 15, minimum=0)
 BOOKINGS_EVERY_S = env_int("BOOKINGS_EVERY_S", 60, minimum=1)
+# Money (DESIGN.md §5): one currency (ISO 4217); the charge policies' defaults, which admins and finance
+# override on the finance page (every change recorded).
+CARDHOUR_CURRENCY = env_str("CARDHOUR_CURRENCY", "CNY")
+if not re.fullmatch(r"[A-Z]{3}", CARDHOUR_CURRENCY):
+    raise ImproperlyConfigured(f"CARDHOUR_CURRENCY: an ISO 4217 code of three capital letters, not {CARDHOUR_CURRENCY!r}")
+CHARGE_IDLE_FACTOR = env_str("CHARGE_IDLE_FACTOR", "1.0")
+CHARGE_OVERFLOW_MULTIPLIER = env_str("CHARGE_OVERFLOW_MULTIPLIER", "1.5")
+CHARGE_UNALLOCATED = env_str("CHARGE_UNALLOCATED", "kept")  # kept | shared
+
 # Usage aggregates (DESIGN.md §4): days marked by the triggers and the open days are recomputed this often.
 USAGE_AGGREGATE_EVERY_S = env_int("USAGE_AGGREGATE_EVERY_S", 300, minimum=10)
 

@@ -1,3 +1,15 @@
+from accounting.models.money import (
+    ChargePolicy,
+    EnergyTariff,
+    LedgerEntry,
+    LedgerKind,
+    MoneyChange,
+    Quota,
+    RateCard,
+    Statement,
+    StatementStatus,
+    UnallocatedPolicy,
+)
 from accounting.models.teams import Membership, Project, Team
 from accounting.models.tokens import ApiToken
 from accounting.models.usage import (
@@ -9,6 +21,23 @@ from accounting.models.usage import (
 )
 
 __all__ = [
-    "ApiToken", "DailyUnplacedUsage", "DailyUsage", "Membership", "Project", "Team", "UsageAggregateState",
-    "UsageDirty", "UsageState",
+    "ApiToken",
+    "ChargePolicy",
+    "DailyUnplacedUsage",
+    "DailyUsage",
+    "EnergyTariff",
+    "LedgerEntry",
+    "LedgerKind",
+    "Membership",
+    "MoneyChange",
+    "Project",
+    "Quota",
+    "RateCard",
+    "Statement",
+    "StatementStatus",
+    "Team",
+    "UnallocatedPolicy",
+    "UsageAggregateState",
+    "UsageDirty",
+    "UsageState",
 ]
