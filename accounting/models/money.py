@@ -18,6 +18,7 @@ from django.utils.translation import gettext_lazy as _
 from accounting.currency import currency_validator
 
 PRICE_DIGITS, PRICE_PLACES = 14, 4
+RATE_DIGITS, RATE_PLACES = 24, 12  # a price times a factor, kept exact
 MONEY_DIGITS, MONEY_PLACES = 18, 4  # wide enough for any minor unit; amounts are quantized per currency
 
 
@@ -220,8 +221,8 @@ class LedgerEntry(models.Model):
     project = models.ForeignKey("accounting.Project", on_delete=models.PROTECT, null=True, blank=True, related_name="+")
     gpu_model = models.ForeignKey("cluster.GpuModel", on_delete=models.PROTECT, null=True, blank=True, related_name="+")
     kind = models.CharField(_("kind"), max_length=16, choices=LedgerKind.choices)
-    rate = models.DecimalField(_("rate"), max_digits=PRICE_DIGITS, decimal_places=PRICE_PLACES,
-                               help_text=_("Price per card-hour (energy: per kWh) after factors."))
+    rate = models.DecimalField(_("rate"), max_digits=RATE_DIGITS, decimal_places=RATE_PLACES,
+                               help_text=_("Price per card-hour (energy: per kWh) after factors, exact."))
     rate_valid_from = models.DateField(_("rate valid from"))
     ticks = models.BigIntegerField(_("ticks"), help_text=_("Card-hour ticks; energy: millijoules."))
     reverses = models.ForeignKey("self", on_delete=models.PROTECT, null=True, blank=True, related_name="+")
