@@ -6,17 +6,21 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass
+from datetime import timedelta
 
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
 from django.db import transaction
+from django.utils import timezone
 from django.utils.text import slugify
 
+from accounting.demo import load_demo_money
 from accounting.models import Membership, Project, Team
 from accounting.roles import ADMIN_GROUP, FINANCE_GROUP, TeamRole
+from accounting.usage import business_day_of
 from cluster.choices import NodeStatus
 from cluster.demo_bookings import load_demo_bookings
-from cluster.demo_history import load_demo_history
+from cluster.demo_history import history_window, load_demo_history
 from cluster.models import Gpu, GpuModel, IdentityKind, Node, TeamIdentity
 from cluster.services import node_status_set
 from cluster.units import share_from_fraction
@@ -87,11 +91,12 @@ def demo_gpu_uuid(hostname: str, index: int, mig_slot: int | None = None) -> str
 
 
 @transaction.atomic
-def load_demo(*, agents: dict | None = None, history_days: int = 30) -> list[DemoLogin]:
+def load_demo(*, agents: dict | None = None, history_days: int | None = None) -> list[DemoLogin]:
     """Load the data set. ``agents`` is the simulated fleet's token file (agents/fleet.py): hostname →
     {"url", "token"}; its nodes get that URL and token so the collector can pull them. ``history_days``
     business days of usage history (jobs, minute rollups, an outage) are generated before the agents'
-    backfill window (cluster/demo_history.py); 0 generates none."""
+    backfill window (cluster/demo_history.py); None: from the first day of last month, so that last
+    month can be closed (accounting/demo.py) and this month is open; 0 generates none."""
     models = {
         short: GpuModel.objects.update_or_create(name=name, defaults={"short_name": short, "memory_mib": mib})[0]
         for name, short, mib in GPU_MODELS
@@ -118,8 +123,13 @@ def load_demo(*, agents: dict | None = None, history_days: int = 30) -> list[Dem
             _load_gpus(node, models[short])
     _load_teams_and_users()
     load_demo_bookings()
+    now = timezone.now()
+    if history_days is None:
+        this_month = business_day_of(now).replace(day=1)
+        history_days = (business_day_of(now) - (this_month - timedelta(days=1)).replace(day=1)).days
     if history_days:
-        load_demo_history(days=history_days)
+        load_demo_history(days=history_days, now=now)
+        load_demo_money(now=now, history_end=history_window(days=history_days, now=now)[1])
     return [DemoLogin(username, group or ", ".join(f"{r} of {t}" for t, r in teams)) for username, _n, group, teams in USERS]
 
 

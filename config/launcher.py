@@ -36,7 +36,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--state", default="demo", help="folder under var/ for the embedded servers' data (demo)")
     parser.add_argument("--agent-port", type=int, default=9400, help="port of the first simulated agent (9400)")
     parser.add_argument("--backfill", default="-6h", help="how far back the simulated fleet starts (-6h)")
-    parser.add_argument("--history-days", type=int, default=30, help="days of generated usage history (30)")
+    parser.add_argument("--history-days", type=int, default=None,
+                        help="days of generated usage history (default: since the first day of last month)")
     args = parser.parse_args(argv)
 
     if _port_taken(args.host, args.port):
@@ -68,8 +69,8 @@ def main(argv: list[str] | None = None) -> int:
     subprocess.run([*manage, "collectstatic", "--noinput", "-v", "0"], check=True)
     _wait_for_file(tokens, fleet)
     if not args.no_load:
-        subprocess.run([*manage, "load_demo", "--agents", str(tokens), "--history-days", str(args.history_days)],
-                       check=True)
+        history = [] if args.history_days is None else ["--history-days", str(args.history_days)]
+        subprocess.run([*manage, "load_demo", "--agents", str(tokens), *history], check=True)
 
     children = {
         "web": [

@@ -12,11 +12,11 @@ class Command(BaseCommand):
             help="the simulated fleet's token file (python -m agents fleet --token-file): nodes get its URLs and tokens",
         )
         parser.add_argument(
-            "--history-days", type=int, default=30, metavar="N",
-            help="business days of usage history to generate before the agents' backfill (30; 0: none)",
+            "--history-days", type=int, default=None, metavar="N",
+            help="business days of usage history before the agents' backfill (default: since the first day of last month; 0: none)",
         )
 
-    def handle(self, *args, agents=None, history_days=30, **options):
+    def handle(self, *args, agents=None, history_days=None, **options):
         import json
         from pathlib import Path
 
