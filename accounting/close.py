@@ -30,6 +30,8 @@ from accounting.models import (
     UsageAggregateState,
 )
 from accounting.pricing import Entry, Policy, Rate, corrections, price_usage
+from accounting.quota_math import overflow_totals
+from accounting.quota_selectors import team_overflow
 from accounting.usage import usage_process
 from accounting.usage_math import ALLOCATED_STATES
 from accounting.usage_selectors import data_complete_to
@@ -147,7 +149,13 @@ def close_period(*, period: date, user=None, now: datetime | None = None) -> Sta
     problems = completeness_problems(first, following, now=now)
     rates = [Rate(card.gpu_model_id, card.valid_from, card.valid_until, card.price_per_card_hour)
              for card in RateCard.objects.filter(valid_from__lt=following)]
-    wanted, unpriced = price_usage(usage=period_usage(first, following), rates=rates, policy=current_policy())
+    usage = period_usage(first, following)
+    # Card-hours beyond a quota, in time order from the moment it is crossed (DESIGN.md §5).
+    overflow = overflow_totals(team_overflow(
+        team_ids=sorted({key[1] for key in usage}), start=business_day_bounds(first)[0],
+        end=business_day_bounds(following)[0], now=now,
+    ))
+    wanted, unpriced = price_usage(usage=usage, rates=rates, policy=current_policy(), overflow=overflow)
     problems += pricing_problems(unpriced)
     if problems:
         raise CloseRefused(problems)

@@ -146,3 +146,23 @@ def test_reopen_and_close_again_books_reversals_and_new_entries(month, finance_u
     busy = LedgerEntry.objects.filter(team__slug="alpha", project__isnull=True, kind="busy", rate=20)
     assert sum(busy.values_list("ticks", flat=True)) == 840_000 * 5400
     assert LedgerEntry.objects.filter(reverses__isnull=False).count() == 2
+
+
+def test_a_quota_crossed_mid_day_moves_the_rest_to_overflow(month, team_a):
+    """Alpha's 2 November in hour order (no project first): 00–03 g0 (1 an hour from 01), 04–07 nothing new
+    but the unplaced pair (2 an hour 05–07), 10–12 the booking (alpha-pre). A 5 card-hour quota fills in hour
+    06 (g0's 2 + 05's pair = 4, then half of 06's pair); the other half, and the booking's 2 hours, overflow
+    at 1.5 × 20 = 30."""
+    from accounting.models import Quota
+
+    Quota.objects.create(team=team_a, period_start=NOVEMBER, expires=date(2026, 12, 1), card_hours=Decimal("5"))
+    lines, totals = amounts(close_period(period=NOVEMBER, now=AFTER))
+    alpha = {key[1:]: amount for key, amount in lines.items() if key[0] == "alpha"}
+    assert alpha == {
+        (None, "busy", Decimal(20), False): Decimal("20.00"),
+        (None, "idle", Decimal(10), False): Decimal("4.92"),
+        (None, "unmeasured", Decimal(20), False): Decimal("70.17"),  # 1,830 s + 3 h of the pair
+        (None, "overflow", Decimal(30), False): Decimal("30.00"),  # the pair's last card-hour
+        ("alpha-pre", "overflow", Decimal(30), False): Decimal("60.00"),  # the booking's busy and unmeasured hours
+    }
+    assert totals["alpha"] == Decimal("185.09")  # 155.09 + ½ × 20 × 3 h of overflow
