@@ -326,6 +326,9 @@ CELERY_BEAT_SCHEDULE = {
         "task": "accounting.tasks.usage_aggregate", "schedule": USAGE_AGGREGATE_EVERY_S,
         "options": {"expires": USAGE_AGGREGATE_EVERY_S},
     },
+    "close-last-month": {
+        "task": "accounting.tasks.close_period", "schedule": 6 * 3600.0, "options": {"expires": 3600},
+    },
     "prune-telemetry": {"task": "cluster.tasks.prune_telemetry", "schedule": 3600.0, "options": {"expires": 3600}},
     "observed-usage": {
         "task": "cluster.tasks.observed_scan", "schedule": OBSERVED_SCAN_EVERY_S,

@@ -166,3 +166,13 @@ def test_a_quota_crossed_mid_day_moves_the_rest_to_overflow(month, team_a):
         ("alpha-pre", "overflow", Decimal(30), False): Decimal("60.00"),  # the booking's busy and unmeasured hours
     }
     assert totals["alpha"] == Decimal("185.09")  # 155.09 + ½ × 20 × 3 h of overflow
+
+
+def test_the_task_closes_a_period_once_and_reports_a_refusal(month):
+    from accounting.tasks import close_period as task
+
+    first = task.apply(args=["2026-10"]).get()  # over, complete, nothing to bill: an empty statement
+    assert first["revision"] == 1 and task.apply(args=["2026-10"]).get()["statement"] == first["statement"]
+    refused = task.apply(args=["2026-11"]).get()  # the real clock: November has not ended when this runs
+    assert any("has not ended yet" in problem for problem in refused["refused"]) or refused.get("statement")
+    assert Statement.objects.filter(period=date(2026, 10, 1)).count() == 1
