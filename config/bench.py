@@ -2,7 +2,7 @@
 the same run where one exists. Runs against a scratch database ``cardhour_bench`` on the embedded
 PostgreSQL (or on DATABASE_URL's server), migrated fresh and dropped afterwards.
 
-    python -m config.bench [--records N] [--only collector,rollup,agent,jobs,bookings,usage]
+    python -m config.bench [--records N] [--only collector,rollup,agent,jobs,bookings,usage,close]
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import time
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m config.bench", description=__doc__.split("\n\n")[0])
     parser.add_argument("--records", type=int, default=1_000_000, help="records for the collector and rollup runs")
-    parser.add_argument("--only", default="collector,rollup,agent,jobs,bookings,usage", help="comma-separated subset")
+    parser.add_argument("--only", default="collector,rollup,agent,jobs,bookings,usage,close", help="comma-separated subset")
     args = parser.parse_args(argv)
     only = set(args.only.split(","))
 
@@ -82,6 +82,15 @@ def main(argv: list[str] | None = None) -> int:
         for by in ("team", "gpu"):
             print(f"  by {by:<4} ({r[f'by_{by}_rows']:>5,} rows)  {r[f'by_{by}_s'] * 1000:8.1f} ms  "
                   f"GROUP BY {r[f'by_{by}_baseline_s'] * 1000:8.1f} ms  report / it = {r[f'by_{by}_vs_baseline']:.1f}")
+    if "close" in only:
+        from accounting.close_bench import bench_close
+
+        results["close"] = r = bench_close()
+        print(f"\nmonth close from daily aggregates ({r['daily_rows']:,} rows: {r['gpus']:,} GPUs, {r['teams']} teams, "
+              f"{r['days']} days, 5 teams over quota; median of 3)")
+        print(f"  close_period             {r['close_s']:8.2f} s  ({r['entries']:,} ledger entries, "
+              f"{r['overflow_entries']:,} overflow)")
+        print(f"  one GROUP BY over it     {r['group_by_s'] * 1000:8.1f} ms  close / it = {r['close_vs_group_by']:.0f}")
     return 0
 
 
