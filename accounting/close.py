@@ -21,15 +21,17 @@ from django.utils.translation import gettext as _
 
 from accounting.models import (
     ChargePolicy,
+    DailyEnergy,
     DailyUnplacedUsage,
     DailyUsage,
+    EnergyTariff,
     LedgerEntry,
     RateCard,
     Statement,
     StatementStatus,
     UsageAggregateState,
 )
-from accounting.pricing import Entry, Policy, Rate, corrections, price_usage
+from accounting.pricing import Entry, Policy, Rate, corrections, price_energy, price_usage
 from accounting.quota_math import overflow_totals
 from accounting.quota_selectors import team_overflow
 from accounting.usage import usage_process
@@ -88,6 +90,15 @@ def period_usage(first: date, following: date) -> dict[tuple, int]:
         key = (day, team_id, project_id, model_id, "unmeasured")
         usage[key] = usage.get(key, 0) + total
     return usage
+
+
+def period_energy(first: date, following: date) -> dict[tuple, int]:
+    """Millijoules per (day, team, project, GPU model) the teams' GPUs drew while they held them."""
+    rows = (
+        DailyEnergy.objects.filter(day__gte=first, day__lt=following, team__isnull=False)
+        .values_list("day", "team_id", "project_id", "gpu__model_id").annotate(total=Sum("millijoules"))
+    )
+    return {(day, team_id, project_id, model_id): total for day, team_id, project_id, model_id, total in rows}
 
 
 def completeness_problems(first: date, following: date, *, now: datetime) -> list[str]:
@@ -156,6 +167,8 @@ def close_period(*, period: date, user=None, now: datetime | None = None) -> Sta
         end=business_day_bounds(following)[0], now=now,
     ))
     wanted, unpriced = price_usage(usage=usage, rates=rates, policy=current_policy(), overflow=overflow)
+    tariffs = [Rate(0, t.valid_from, t.valid_until, t.price_per_kwh) for t in EnergyTariff.objects.filter(valid_from__lt=following)]
+    wanted += price_energy(energy=period_energy(first, following), tariffs=tariffs)
     problems += pricing_problems(unpriced)
     if problems:
         raise CloseRefused(problems)

@@ -18,7 +18,14 @@ from fractions import Fraction
 from accounting.currency import MINOR_UNITS
 
 TICKS_PER_CARD_HOUR = 840_000 * 3600
+MILLIJOULES_PER_KWH = 3_600_000_000
 CARD_HOUR_PLACES = 4
+ENERGY = "energy"
+
+
+def units_per_priced_unit(kind: str) -> int:
+    """Entries hold integers: ticks (priced per card-hour), or millijoules for energy (priced per kWh)."""
+    return MILLIJOULES_PER_KWH if kind == ENERGY else TICKS_PER_CARD_HOUR
 
 
 @dataclass(frozen=True)
@@ -81,13 +88,14 @@ def round_half_up(value: Fraction, places: int) -> Decimal:
     return Decimal(sign * whole).scaleb(-places)
 
 
-def line_amount(ticks: int, rate: Decimal, currency: str) -> Decimal:
-    """Exact ticks × rate (per card-hour), rounded once to the currency's minor unit."""
-    return round_half_up(Fraction(ticks) * Fraction(rate) / TICKS_PER_CARD_HOUR, MINOR_UNITS[currency])
+def line_amount(ticks: int, rate: Decimal, currency: str, kind: str = "busy") -> Decimal:
+    """Exact usage × rate (per card-hour; energy: per kWh), rounded once to the currency's minor unit."""
+    return round_half_up(Fraction(ticks) * Fraction(rate) / units_per_priced_unit(kind), MINOR_UNITS[currency])
 
 
-def card_hours(ticks: int) -> Decimal:
-    return round_half_up(Fraction(ticks, TICKS_PER_CARD_HOUR), CARD_HOUR_PLACES)
+def card_hours(ticks: int, kind: str = "busy") -> Decimal:
+    """The quantity a line shows: card-hours, or kWh for energy."""
+    return round_half_up(Fraction(ticks, units_per_priced_unit(kind)), CARD_HOUR_PLACES)
 
 
 def lines_of(entries: Iterable[Entry], currency: str) -> list[Line]:
@@ -99,8 +107,8 @@ def lines_of(entries: Iterable[Entry], currency: str) -> list[Line]:
                entry.ticks < 0)
         ticks[key] += entry.ticks
     lines = [
-        Line(team, project, model, kind, rate, valid_from, total, card_hours(total), line_amount(total, rate, currency),
-             reversal)
+        Line(team, project, model, kind, rate, valid_from, total, card_hours(total, kind),
+             line_amount(total, rate, currency, kind), reversal)
         for (team, project, model, kind, rate, valid_from, reversal), total in ticks.items()
     ]
     return sorted(lines, key=lambda ln: (ln.team_id, ln.project_id or 0, ln.gpu_model_id or 0, ln.kind, ln.rate_valid_from,
@@ -182,3 +190,17 @@ def corrections(*, booked: Iterable[Entry], wanted: Iterable[Entry]) -> tuple[li
 def _with_ticks(entry: Entry, ticks: int) -> Entry:
     return Entry(entry.day, entry.team_id, entry.project_id, entry.gpu_model_id, entry.kind, entry.rate,
                  entry.rate_valid_from, ticks)
+
+
+def price_energy(*, energy: Mapping[tuple, int], tariffs: Sequence[Rate]) -> list[Entry]:
+    """Energy entries for ``energy`` — millijoules per (day, team, project, GPU model) — at the tariff of
+    each day (``tariffs`` as Rates whose ``gpu_model_id`` is ignored); days without a tariff are not billed."""
+    entries = []
+    for (day, team_id, project_id, model_id), millijoules in sorted(energy.items(),
+                                                                     key=lambda item: tuple(str(p) for p in item[0])):
+        tariff = next((t for t in tariffs if t.valid_from <= day and (t.valid_until is None or day < t.valid_until)),
+                      None)
+        if tariff is not None and millijoules:
+            entries.append(Entry(day, team_id, project_id, model_id, ENERGY, tariff.price, tariff.valid_from,
+                                 millijoules))
+    return entries

@@ -21,9 +21,9 @@ from django.db import connection, transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from accounting.models import DailyUnplacedUsage, DailyUsage, UsageAggregateState
+from accounting.models import DailyEnergy, DailyUnplacedUsage, DailyUsage, UsageAggregateState
 from accounting.usage_inputs import gpu_windows, physical_gpus
-from accounting.usage_math import settle_claims, split_states
+from accounting.usage_math import settle_claims, split_energy, split_states
 from cluster.booking_slots import epoch
 from cluster.models import Allocation, Gpu
 from cluster.rollups import floor_minute
@@ -46,8 +46,10 @@ def business_days(start: datetime, end: datetime) -> list[date]:
     return [first + timedelta(days=n) for n in range((last - first).days + 1)]
 
 
-def usage_of_window(*, start: datetime, end: datetime, now: datetime, gpu_ids: Sequence[int] | None = None) -> Counter:
-    """Ticks per (GPU, state, team, project) over ``[start, end)`` (whole minutes), up to ``now``'s minute."""
+def usage_of_window(*, start: datetime, end: datetime, now: datetime, gpu_ids: Sequence[int] | None = None,
+                    energy: Counter | None = None) -> Counter:
+    """Ticks per (GPU, state, team, project) over ``[start, end)`` (whole minutes), up to ``now``'s minute.
+    With ``energy``, also adds the millijoules per (GPU, team, project) to it."""
     end = min(end, floor_minute(now))
     out: Counter[GpuKey] = Counter()
     if end <= start:
@@ -60,6 +62,10 @@ def usage_of_window(*, start: datetime, end: datetime, now: datetime, gpu_ids: S
                               down=window.down)
         for (state, team_id, project_id), ticks in states.items():
             out[(window.gpu_id, state, team_id, project_id)] += ticks
+        if energy is not None:
+            drawn = split_energy(start=lo, end=hi, capacity=WHOLE_GPU_SHARE, pieces=pieces, energy_mj=window.energy_mj)
+            for (team_id, project_id), millijoules in drawn.items():
+                energy[(window.gpu_id, team_id, project_id)] += millijoules
     return out
 
 
@@ -92,11 +98,19 @@ def aggregate_day(*, day: date, now: datetime, gpu_ids: Sequence[int] | None = N
     Returns the rows written."""
     _lock_day(day)
     start, end = business_day_bounds(day)
-    usage = usage_of_window(start=start, end=end, now=now, gpu_ids=gpu_ids)
-    old = DailyUsage.objects.filter(day=day)
-    if gpu_ids is not None:
-        old = old.filter(gpu_id__in=gpu_ids)
-    old.delete()
+    energy: Counter = Counter()
+    usage = usage_of_window(start=start, end=end, now=now, gpu_ids=gpu_ids, energy=energy)
+    for table in (DailyUsage, DailyEnergy):
+        old = table.objects.filter(day=day)
+        if gpu_ids is not None:
+            old = old.filter(gpu_id__in=gpu_ids)
+        old.delete()
+    DailyEnergy.objects.bulk_create(
+        [DailyEnergy(day=day, gpu_id=gpu_id, team_id=team_id, project_id=project_id, millijoules=mj)
+         for (gpu_id, team_id, project_id), mj in sorted(energy.items(), key=lambda i: (i[0][0], i[0][1] or 0, i[0][2] or 0))
+         if mj > 0],
+        batch_size=5000,
+    )
     DailyUsage.objects.bulk_create(
         [DailyUsage(day=day, gpu_id=gpu_id, state=state, team_id=team_id, project_id=project_id, ticks=ticks)
          for (gpu_id, state, team_id, project_id), ticks in sorted(usage.items(), key=_sort_key)],

@@ -34,6 +34,7 @@ class GpuWindow:
     claims: list[Claim] = field(default_factory=list)
     down: list[tuple[int, int]] = field(default_factory=list)
     codes: np.ndarray | None = None
+    energy_mj: np.ndarray | None = None  # per minute
 
 
 def physical_gpus(gpu_ids: Sequence[int] | None = None):
@@ -59,10 +60,13 @@ def gpu_windows(*, start: datetime, end: datetime, now: datetime, gpu_ids: Seque
     missing = Gpu.objects.filter(pk__in=ids, status=GpuStatus.MISSING).values_list("pk", flat=True)
     for gpu_id in missing:
         windows[gpu_id].down.append((lo, hi))
-    codes = minute_codes_by_gpu(ids, lo, hi, threshold)
     minutes = (hi - lo) // MINUTE
-    for gpu_id, window in windows.items():
-        window.codes = codes.get(gpu_id, np.zeros(minutes, dtype=np.int64))
+    for gpu_id, (codes, energy) in minute_codes_by_gpu(ids, lo, hi, threshold).items():
+        windows[gpu_id].codes, windows[gpu_id].energy_mj = codes, energy
+    for window in windows.values():
+        if window.codes is None:
+            window.codes = np.zeros(minutes, dtype=np.int64)
+            window.energy_mj = np.zeros(minutes, dtype=np.int64)
     return list(windows.values())
 
 
@@ -108,28 +112,32 @@ def _down_ranges(windows, ids, start, end, now_s) -> None:
         windows[gpu_id].down.append((lo, hi))
 
 
-def minute_codes_by_gpu(gpu_ids: Sequence[int], lo: int, hi: int, threshold: float) -> dict[int, np.ndarray]:
-    """Each GPU's minute codes over ``[lo, hi)`` (epoch seconds): one bytea per GPU of (minute index,
-    code) pairs built by PostgreSQL, read with numpy, so a day of 1,000 GPUs is 1,000 rows, not 1.4 M."""
+def minute_codes_by_gpu(gpu_ids: Sequence[int], lo: int, hi: int, threshold: float) -> dict[int, tuple[np.ndarray, np.ndarray]]:
+    """Each GPU's minute codes and energy (millijoules) over ``[lo, hi)`` (epoch seconds): one bytea per
+    GPU of (minute index, code, energy) built by PostgreSQL and read with numpy, so a day of 1,000 GPUs is
+    1,000 rows, not 1.4 M."""
     minutes = (hi - lo) // MINUTE
     sql = """
         SELECT gpu_id, string_agg(
             int4send(((extract(epoch FROM bucket)::bigint - %(lo)s) / 60)::int)
-            || int2send((least(util_covered_s, 60) + CASE WHEN util_mean >= %(threshold)s THEN %(busy)s ELSE 0 END)::int2),
+            || int2send((CASE WHEN util_covered_s > 0 THEN least(util_covered_s, 60)
+                              + CASE WHEN util_mean >= %(threshold)s THEN %(busy)s ELSE 0 END ELSE 0 END)::int2)
+            || int8send(coalesce(round(energy_j * 1000), 0)::bigint),
             ''::bytea ORDER BY bucket)
         FROM cluster_minuterollup
         WHERE gpu_id = ANY(%(ids)s) AND bucket >= to_timestamp(%(lo)s) AND bucket < to_timestamp(%(hi)s)
-          AND util_covered_s > 0
         GROUP BY gpu_id
     """
-    pairs = np.dtype([("minute", ">i4"), ("code", ">i2")])
-    out: dict[int, np.ndarray] = {}
+    rows_type = np.dtype([("minute", ">i4"), ("code", ">i2"), ("energy", ">i8")])
+    out: dict[int, tuple[np.ndarray, np.ndarray]] = {}
     with connection.cursor() as cursor:
         cursor.execute(sql, {"lo": lo, "hi": hi, "ids": list(gpu_ids), "threshold": threshold, "busy": BUSY_FLAG})
         for gpu_id, blob in cursor.fetchall():
             codes = np.zeros(minutes, dtype=np.int64)
+            energy = np.zeros(minutes, dtype=np.int64)
             if blob:
-                rows = np.frombuffer(bytes(blob), dtype=pairs)
+                rows = np.frombuffer(bytes(blob), dtype=rows_type)
                 codes[rows["minute"]] = rows["code"]
-            out[gpu_id] = codes
+                energy[rows["minute"]] = np.maximum(rows["energy"], 0)
+            out[gpu_id] = codes, energy
     return out

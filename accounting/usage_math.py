@@ -152,3 +152,24 @@ def split_states(
     out[(DOWN, None, None)] += int(gone.sum())
     out[(UNALLOCATED, None, None)] += int((unallocated - gone).sum())
     return +out  # drop zero entries
+
+
+def split_energy(*, start: int, end: int, capacity: int, pieces: Sequence[Piece], energy_mj: np.ndarray) -> Counter:
+    """Millijoules per (team, project) of one GPU over ``[start, end)``: each minute's energy shared among
+    its holders by their ticks in the minute (floored), the rest (unallocated, and the floors) to (None,
+    None). The parts add up to the GPU's energy exactly."""
+    minutes = (end - start) // MINUTE
+    out: Counter[tuple[int | None, int | None]] = Counter()
+    if minutes == 0:
+        return out
+    starts = start + MINUTE * np.arange(minutes, dtype=np.int64)
+    left = energy_mj.astype(np.int64).copy()
+    for piece in pieces:
+        if piece.end <= start or piece.start >= end:
+            continue
+        ticks = piece.share * _overlap_seconds(starts, piece.start, piece.end)
+        share = energy_mj * ticks // (capacity * MINUTE)
+        left -= share
+        out[(piece.team_id, piece.project_id)] += int(share.sum())
+    out[(None, None)] += int(left.sum())
+    return +out

@@ -13,6 +13,7 @@ from accounting.models.money import (
 from accounting.models.teams import Membership, Project, Team
 from accounting.models.tokens import ApiToken
 from accounting.models.usage import (
+    DailyEnergy,
     DailyUnplacedUsage,
     DailyUsage,
     UsageAggregateState,
@@ -23,6 +24,7 @@ from accounting.models.usage import (
 __all__ = [
     "ApiToken",
     "ChargePolicy",
+    "DailyEnergy",
     "DailyUnplacedUsage",
     "DailyUsage",
     "EnergyTariff",

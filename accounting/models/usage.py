@@ -113,3 +113,32 @@ class UsageAggregateState(models.Model):
 
     def __str__(self) -> str:
         return f"aggregated to {self.aggregated_to}"
+
+
+class DailyEnergy(models.Model):
+    """Energy one GPU drew in one business day while held by one team and project (none: unallocated),
+    shared among a minute's holders by their share of the GPU; in millijoules."""
+
+    day = models.DateField(_("day"))
+    gpu = models.ForeignKey("cluster.Gpu", on_delete=models.PROTECT, related_name="+", verbose_name=_("GPU"))
+    team = models.ForeignKey(
+        "accounting.Team", on_delete=models.PROTECT, null=True, blank=True, related_name="+", verbose_name=_("team")
+    )
+    project = models.ForeignKey(
+        "accounting.Project", on_delete=models.PROTECT, null=True, blank=True, related_name="+",
+        verbose_name=_("project"),
+    )
+    millijoules = models.BigIntegerField(_("energy (mJ)"))
+
+    class Meta:
+        verbose_name = _("daily energy")
+        verbose_name_plural = _("daily energy")
+        indexes = [models.Index(fields=["day", "team"])]
+        constraints = [
+            models.UniqueConstraint(fields=["day", "gpu", "team", "project"], nulls_distinct=False,
+                                    name="daily_energy_one_row"),
+            models.CheckConstraint(condition=models.Q(millijoules__gt=0), name="daily_energy_positive"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.day} gpu {self.gpu_id} team {self.team_id} {self.millijoules} mJ"

@@ -13,7 +13,7 @@ from accounting.close import CloseRefused, close_period, reopen_period
 from accounting.models import ChargePolicy, LedgerEntry, RateCard, Statement
 from accounting.pricing import Entry, lines_of, team_totals
 from cluster.models import CollectionState, GpuModel, Node
-from tests.accounting.usage_day import job, rollups
+from tests.accounting.usage_day import at, job, rollups
 from tests.conftest import T0
 
 NOVEMBER = date(2026, 11, 1)
@@ -176,3 +176,19 @@ def test_the_task_closes_a_period_once_and_reports_a_refusal(month):
     refused = task.apply(args=["2026-11"]).get()  # the real clock: November has not ended when this runs
     assert any("has not ended yet" in problem for problem in refused["refused"]) or refused.get("statement")
     assert Statement.objects.filter(period=date(2026, 10, 1)).count() == 1
+
+
+def test_energy_is_billed_to_the_minutes_holders_at_the_tariff(month):
+    from accounting.models import EnergyTariff
+    from cluster.models import MinuteRollup
+
+    EnergyTariff.objects.create(valid_from=NOVEMBER, price_per_kwh=Decimal("1.2"), currency="CNY")
+    g0 = month["g0"]
+    # 700 W on g0 from 00:30 to 02:00: alpha's job holds it from 01:00, so 60 of the 90 minutes are alpha's.
+    MinuteRollup.objects.filter(gpu=g0, bucket__lt=at(2)).update(energy_j=42_000)
+    rollups(g0, 0.5, 1, 0.0)
+    MinuteRollup.objects.filter(gpu=g0, bucket__gte=at(0.5), bucket__lt=at(1)).update(energy_j=42_000)
+    lines, totals = amounts(close_period(period=NOVEMBER, now=AFTER))
+    assert lines[("alpha", None, "energy", Decimal("1.2"), False)] == Decimal("0.84")  # 0.7 kWh × 1.2
+    assert totals["alpha"] == Decimal("155.93")
+    assert not any(key[0] != "alpha" and key[2] == "energy" for key in lines)  # unallocated energy: the platform's

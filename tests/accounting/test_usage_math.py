@@ -155,3 +155,17 @@ def test_team_and_project_sums_equal_the_per_gpu_rows(gpus):
         assert sum(t for (tm, _s), t in per_team.items() if tm == team) == \
             sum(t for (tm, _p, _s), t in per_project.items() if tm == team)
     assert sum(per_gpu.values()) == GPU * MINUTES * M * len(gpus)
+
+
+@settings(max_examples=100, deadline=None)
+@given(claims=claims, energy=st.lists(st.integers(0, 60_000_000), min_size=MINUTES, max_size=MINUTES))
+def test_energy_is_shared_among_holders_and_adds_up(claims, energy):
+    from accounting.usage_math import split_energy
+
+    pieces = settle_claims(claims, GPU)
+    shares = split_energy(start=0, end=MINUTES * M, capacity=GPU, pieces=pieces, energy_mj=np.asarray(energy))
+    assert sum(shares.values()) == sum(energy)
+    for (team, project), millijoules in shares.items():
+        held = [p for p in pieces if (p.team_id, p.project_id) == (team, project)]
+        if (team, project) != (None, None):
+            assert held and millijoules <= sum(energy)
