@@ -29,9 +29,10 @@ from accounting.models import (
     RateCard,
     Statement,
     StatementStatus,
+    UnallocatedPolicy,
     UsageAggregateState,
 )
-from accounting.pricing import Entry, Policy, Rate, corrections, price_energy, price_usage
+from accounting.pricing import Entry, Policy, Rate, corrections, price_energy, price_usage, share_unallocated
 from accounting.quota_math import overflow_totals
 from accounting.quota_selectors import team_overflow
 from accounting.usage import usage_process
@@ -90,6 +91,20 @@ def period_usage(first: date, following: date) -> dict[tuple, int]:
         key = (day, team_id, project_id, model_id, "unmeasured")
         usage[key] = usage.get(key, 0) + total
     return usage
+
+
+def current_unallocated_policy() -> str:
+    row = ChargePolicy.objects.filter(id=1).first()
+    return row.unallocated if row is not None else settings.CHARGE_UNALLOCATED
+
+
+def period_unallocated(first: date, following: date) -> dict[tuple, int]:
+    """Unallocated ticks per (day, GPU model): capacity nobody held (down time is not counted)."""
+    rows = (
+        DailyUsage.objects.filter(day__gte=first, day__lt=following, state="unallocated")
+        .values_list("day", "gpu__model_id").annotate(total=Sum("ticks"))
+    )
+    return {(day, model_id): total for day, model_id, total in rows}
 
 
 def period_energy(first: date, following: date) -> dict[tuple, int]:
@@ -167,6 +182,8 @@ def close_period(*, period: date, user=None, now: datetime | None = None) -> Sta
         end=business_day_bounds(following)[0], now=now,
     ))
     wanted, unpriced = price_usage(usage=usage, rates=rates, policy=current_policy(), overflow=overflow)
+    if current_unallocated_policy() == UnallocatedPolicy.SHARED:
+        wanted += share_unallocated(unallocated=period_unallocated(first, following), entries=wanted, rates=rates)
     tariffs = [Rate(0, t.valid_from, t.valid_until, t.price_per_kwh) for t in EnergyTariff.objects.filter(valid_from__lt=following)]
     wanted += price_energy(energy=period_energy(first, following), tariffs=tariffs)
     problems += pricing_problems(unpriced)

@@ -204,3 +204,29 @@ def price_energy(*, energy: Mapping[tuple, int], tariffs: Sequence[Rate]) -> lis
             entries.append(Entry(day, team_id, project_id, model_id, ENERGY, tariff.price, tariff.valid_from,
                                  millijoules))
     return entries
+
+
+def share_unallocated(*, unallocated: Mapping[tuple, int], entries: Sequence[Entry], rates: Sequence[Rate]) -> list[Entry]:
+    """The "shared" policy: each (day, GPU model)'s unallocated ticks, priced at the model's rate, split
+    among the teams in proportion to their allocated cost that day on that model (the exact cost of their
+    entries of the kinds of usage), as ``unallocated`` entries without a project. Integer ticks by the
+    largest remainder, so the teams' shares add up to the unallocated ticks exactly; a day on which no
+    team used the model keeps its unallocated capacity with the platform."""
+    cost: dict[tuple, dict[int, Fraction]] = defaultdict(lambda: defaultdict(Fraction))
+    for entry in entries:
+        if entry.kind in ("busy", "idle", "unmeasured", "overflow"):
+            cost[(entry.day, entry.gpu_model_id)][entry.team_id] += Fraction(entry.ticks) * Fraction(entry.rate)
+    shared = []
+    for (day, model_id), ticks in sorted(unallocated.items(), key=lambda item: (item[0][0], item[0][1] or 0)):
+        rate = rate_on(rates, model_id, day)
+        teams = {team: value for team, value in cost.get((day, model_id), {}).items() if value > 0}
+        if rate is None or not teams or ticks <= 0:
+            continue
+        total = sum(teams.values())
+        exact = {team: ticks * value / total for team, value in teams.items()}
+        parts = {team: int(value) for team, value in exact.items()}
+        for team in sorted(exact, key=lambda t: (-(exact[t] - parts[t]), t))[: ticks - sum(parts.values())]:
+            parts[team] += 1
+        shared += [Entry(day, team, None, model_id, "unallocated", rate.price, rate.valid_from, part)
+                   for team, part in sorted(parts.items()) if part]
+    return shared

@@ -174,6 +174,7 @@ class LedgerKind(models.TextChoices):
     UNMEASURED = "unmeasured", _("Unmeasured")
     OVERFLOW = "overflow", _("Overflow")
     ENERGY = "energy", _("Energy")
+    UNALLOCATED = "unallocated", _("Share of unallocated capacity")
 
 
 class StatementStatus(models.TextChoices):

@@ -192,3 +192,17 @@ def test_energy_is_billed_to_the_minutes_holders_at_the_tariff(month):
     assert lines[("alpha", None, "energy", Decimal("1.2"), False)] == Decimal("0.84")  # 0.7 kWh × 1.2
     assert totals["alpha"] == Decimal("155.93")
     assert not any(key[0] != "alpha" and key[2] == "energy" for key in lines)  # unallocated energy: the platform's
+
+
+def test_shared_unallocated_capacity_goes_to_the_teams_by_their_cost(month):
+    ChargePolicy.objects.filter(id=1).update(unallocated="shared")
+    lines, totals = amounts(close_period(period=NOVEMBER, now=AFTER))
+    shared = {(key[0], key[3]): amount for key, amount in lines.items() if key[2] == "unallocated"}
+    # 2 November: 21 + 20.5 + (24 − 6/7) unallocated H200 card-hours at 20, split by that day's exact cost
+    # (alpha 155.0833…, beta 27.1428…): 1,100.28 and 192.57 (the odd tick to beta's larger remainder).
+    # 20 November: 70 unallocated card-hours at 18, all beta's (the only team on H200 that day). Other days
+    # nobody used the GPUs: the platform keeps them.
+    assert shared == {("alpha", Decimal(20)): Decimal("1100.28"), ("beta", Decimal(20)): Decimal("192.57"),
+                      ("beta", Decimal(18)): Decimal("1260.00")}
+    assert totals == {"alpha": Decimal("155.09") + Decimal("1100.28"),
+                      "beta": Decimal("63.14") + Decimal("192.57") + Decimal("1260.00")}
