@@ -195,7 +195,10 @@ def test_energy_is_billed_to_the_minutes_holders_at_the_tariff(month):
 
 
 def test_shared_unallocated_capacity_goes_to_the_teams_by_their_cost(month):
+    from accounting.usage import usage_recompute
+
     ChargePolicy.objects.filter(id=1).update(unallocated="shared")
+    usage_recompute(start=T0 - timedelta(days=1), end=AFTER, now=AFTER)  # as the aggregation ran every day
     lines, totals = amounts(close_period(period=NOVEMBER, now=AFTER))
     shared = {(key[0], key[3]): amount for key, amount in lines.items() if key[2] == "unallocated"}
     # 2 November: 21 + 20.5 + (24 − 6/7) unallocated H200 card-hours at 20, split by that day's exact cost
