@@ -58,3 +58,6 @@ class ApiTokenAdmin(admin.ModelAdmin):
             token.revoke()
 
     actions = ["revoke"]
+
+# Money has its own admin module (accounting/money_admin.py); importing it registers it.
+from accounting import money_admin  # noqa: E402, F401

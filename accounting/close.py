@@ -151,6 +151,27 @@ def pricing_problems(unpriced: Sequence[tuple[int | None, date]]) -> list[str]:
     return problems
 
 
+def priced_entries(first: date, following: date, *, now: datetime) -> tuple[list[Entry], list[str]]:
+    """The entries a close of the business days ``[first, following)`` wants booked, every team's, and the
+    problems of usage with no price: usage at the rate cards and policy, overflow beyond quotas, shared
+    unallocated capacity, energy at the tariff. No completeness checks and no refresh of the aggregates:
+    :func:`close_period` does those; the priced usage report (accounting/statements.py) calls this as is."""
+    rates = [Rate(card.gpu_model_id, card.valid_from, card.valid_until, card.price_per_card_hour)
+             for card in RateCard.objects.filter(valid_from__lt=following)]
+    usage = period_usage(first, following)
+    overflow = overflow_totals(team_overflow(
+        team_ids=sorted({key[1] for key in usage}), start=business_day_bounds(first)[0],
+        end=business_day_bounds(following)[0], now=now,
+    ))
+    wanted, unpriced = price_usage(usage=usage, rates=rates, policy=current_policy(), overflow=overflow)
+    if current_unallocated_policy() == UnallocatedPolicy.SHARED:
+        wanted += share_unallocated(unallocated=period_unallocated(first, following), entries=wanted, rates=rates)
+    tariffs = [Rate(0, t.valid_from, t.valid_until, t.price_per_kwh)
+               for t in EnergyTariff.objects.filter(valid_from__lt=following)]
+    wanted += price_energy(energy=period_energy(first, following), tariffs=tariffs)
+    return wanted, pricing_problems(unpriced) if unpriced else []
+
+
 def _lock(period: date) -> None:
     with connection.cursor() as cursor:
         cursor.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", [f"cardhour.close.{period.isoformat()}"])
@@ -173,20 +194,8 @@ def close_period(*, period: date, user=None, now: datetime | None = None) -> Sta
         return closed
     usage_process(now=now)  # bring the aggregates up to now before reading them
     problems = completeness_problems(first, following, now=now)
-    rates = [Rate(card.gpu_model_id, card.valid_from, card.valid_until, card.price_per_card_hour)
-             for card in RateCard.objects.filter(valid_from__lt=following)]
-    usage = period_usage(first, following)
-    # Card-hours beyond a quota, in time order from the moment it is crossed (DESIGN.md §5).
-    overflow = overflow_totals(team_overflow(
-        team_ids=sorted({key[1] for key in usage}), start=business_day_bounds(first)[0],
-        end=business_day_bounds(following)[0], now=now,
-    ))
-    wanted, unpriced = price_usage(usage=usage, rates=rates, policy=current_policy(), overflow=overflow)
-    if current_unallocated_policy() == UnallocatedPolicy.SHARED:
-        wanted += share_unallocated(unallocated=period_unallocated(first, following), entries=wanted, rates=rates)
-    tariffs = [Rate(0, t.valid_from, t.valid_until, t.price_per_kwh) for t in EnergyTariff.objects.filter(valid_from__lt=following)]
-    wanted += price_energy(energy=period_energy(first, following), tariffs=tariffs)
-    problems += pricing_problems(unpriced)
+    wanted, unpriced_problems = priced_entries(first, following, now=now)
+    problems += unpriced_problems
     if problems:
         raise CloseRefused(problems)
     booked_rows = list(LedgerEntry.objects.filter(statement__period=first))

@@ -1,6 +1,7 @@
 from django.urls import path
 from rest_framework.routers import DefaultRouter
 
+from accounting.api import money_views, statement_views
 from accounting.api import views as accounting_api
 from accounting.api.usage_views import UsageReportView
 from cluster.api import booking_views, job_views
@@ -16,9 +17,19 @@ router.register("teams", accounting_api.TeamViewSet, basename="team")
 router.register("projects", accounting_api.ProjectViewSet, basename="project")
 router.register("memberships", accounting_api.MembershipViewSet, basename="membership")
 router.register("tokens", accounting_api.ApiTokenViewSet, basename="apitoken")
+router.register("rate-cards", money_views.RateCardViewSet, basename="ratecard")
+router.register("energy-tariffs", money_views.EnergyTariffViewSet, basename="energytariff")
+router.register("quotas", money_views.QuotaViewSet, basename="quota")
+router.register("money-changes", money_views.MoneyChangeViewSet, basename="moneychange")
 
 urlpatterns = [
     *router.urls,
     path("availability/", booking_views.AvailabilityView.as_view(), name="availability"),
     path("reports/usage/", UsageReportView.as_view(), name="usage-report"),
+    path("charge-policy/", money_views.ChargePolicyView.as_view(), name="charge-policy"),
+    path("statements/", statement_views.StatementListView.as_view(), name="statement-list"),
+    path("statements/<int:pk>/", statement_views.StatementDetailView.as_view(), name="statement-detail"),
+    path("statements/priced-usage/", statement_views.PricedUsageView.as_view(), name="statement-priced-usage"),
+    path("statements/close/", statement_views.CloseView.as_view(), name="statement-close"),
+    path("statements/reopen/", statement_views.ReopenView.as_view(), name="statement-reopen"),
 ]

@@ -6,7 +6,7 @@ from datetime import timedelta
 import pytest
 from django.urls import reverse
 
-from accounting.models import Membership, Project, Team
+from accounting.models import Membership, Project, Quota, Team
 from cluster.bookings import booking_create
 from cluster.jobs import JobInput, job_upsert
 from cluster.models import Booking, Gpu, Job
@@ -21,6 +21,7 @@ API_LISTS = [
     ("/api/v1/memberships/", lambda row: row["team"]),
     ("/api/v1/jobs/", lambda row: row["team"]),
     ("/api/v1/bookings/", lambda row: row["team"]),
+    ("/api/v1/quotas/", lambda row: row["team"]),
 ]
 # (page, the context list of team rows, how a row names its team)
 PAGE_LISTS = [
@@ -35,6 +36,7 @@ def objects_of(team):
     membership = Membership.objects.filter(team=team).first()
     job = Job.objects.filter(team=team).first()
     booking = Booking.objects.filter(team=team).first()
+    quota = Quota.objects.filter(team=team).first()
     return [
         reverse("accounting:team-detail", args=[team.slug]),
         f"/api/v1/teams/{team.slug}/",
@@ -43,6 +45,7 @@ def objects_of(team):
         f"/api/v1/jobs/{job.pk}/",
         reverse("cluster:job-detail", args=[job.pk]),
         f"/api/v1/bookings/{booking.pk}/",
+        f"/api/v1/quotas/{quota.pk}/",
     ]
 
 
@@ -55,6 +58,7 @@ def both_teams(lead_a, engineer_a, lead_b, engineer_b, small_cluster):
         gpu = Gpu.objects.get(node__hostname="h200-a", index=index)
         booking_create(user=lead, team=team, booker=engineer, gpus=[gpu], start=T0 + timedelta(hours=1), end=T0 + timedelta(hours=2),
                        now=T0)
+        Quota.objects.create(team=team, period_start=T0.date(), expires=T0.date() + timedelta(days=30), card_hours=10)
     return teams
 
 
