@@ -122,7 +122,7 @@ class ReopenSerializer(CloseSerializer):
 
 
 class _RowsSerializer(serializers.Serializer):
-    columns = serializers.ListField(child=serializers.CharField(), help_text=gettext_lazy(", ".join(COLUMNS)))
+    columns = serializers.ListField(child=serializers.CharField(), help_text=", ".join(COLUMNS))
     rows = serializers.ListField(child=serializers.DictField(allow_null=True), help_text=gettext_lazy(
         "One object per row keyed by the columns: card_hours, rate and amount are decimal strings, reversals "
         "negative; after each team's lines a row of kind `total` with its card_hours and amount."))
