@@ -59,5 +59,6 @@ class ApiTokenAdmin(admin.ModelAdmin):
 
     actions = ["revoke"]
 
-# Money has its own admin module (accounting/money_admin.py); importing it registers it.
-from accounting import money_admin  # noqa: E402, F401
+# Money and alert delivery have their own admin modules (accounting/money_admin.py,
+# accounting/notification_admin.py); importing them registers them.
+from accounting import money_admin, notification_admin  # noqa: E402, F401

@@ -3,7 +3,7 @@ from dataclasses import dataclass
 from django.urls import reverse
 from django.utils.translation import gettext_lazy as _
 
-from accounting.roles import is_admin, role_labels
+from accounting.roles import is_admin, role_labels, sees_all_teams
 
 
 @dataclass(frozen=True)
@@ -25,6 +25,18 @@ def navigation(request):
         NavEntry(_("Teams"), reverse("accounting:team-list"), "teams"),
         NavEntry(_("API tokens"), reverse("accounting:token-list"), "tokens"),
     ]
+    if sees_all_teams(user):
+        entries.append(NavEntry(_("Finance"), reverse("accounting:finance"), "finance"))
     if is_admin(user):
         entries.append(NavEntry(_("Admin site"), reverse("admin:index"), "admin"))
     return {"nav_entries": entries, "nav_roles": role_labels(user)}
+
+
+def notifications_unread(request):
+    """The signed-in person's unread notifications count for the header badge (one COUNT query)."""
+    user = getattr(request, "user", None)
+    if user is None or not user.is_authenticated:
+        return {"notifications_unread": 0}
+    from accounting.models import Notification
+
+    return {"notifications_unread": Notification.objects.filter(user=user, read_at__isnull=True).count()}

@@ -20,6 +20,7 @@ from accounting.models import (
     StatementStatus,
     Team,
 )
+from accounting.quota_watch import quota_alerts
 from accounting.usage import business_day_of
 from accounting.usage_math import ALLOCATED_STATES
 from accounting.usage_report import TICKS_PER_CARD_HOUR
@@ -42,6 +43,7 @@ def load_demo_money(*, now: datetime | None = None, history_end: datetime | None
         # The history is generated: its data is complete to where it ends; the collector takes over from there.
         for node in Node.objects.filter(collection__isnull=True):
             CollectionState.objects.create(node=node, data_complete_to=history_end)
+    quota_alerts(now=now)  # the lead of a team near its quota sees the warning at once
     closed = None
     if not Statement.objects.filter(period=last_month, status=StatementStatus.CLOSED).exists():
         try:

@@ -46,3 +46,48 @@ def close_period(period: str | None = None) -> dict:
             logging.getLogger(__name__).warning("closing %s refused: %s", first.strftime("%Y-%m"), refused)
             return {"period": first.isoformat(), "refused": refused.problems}
         return {"period": first.isoformat(), "statement": statement.pk, "revision": statement.revision}
+
+
+@shared_task(name="accounting.tasks.quota_alerts", ignore_result=True, time_limit=300)
+def quota_alerts() -> dict:
+    """Raise and close the quota warnings (accounting/quota_watch.py)."""
+    from django.utils import timezone
+
+    from accounting.quota_watch import quota_alerts as watch
+
+    with advisory_lock("accounting.quota_alerts") as locked:
+        return watch(now=timezone.now()) if locked else {}
+
+
+@shared_task(name="accounting.tasks.notify_fan_out", ignore_result=True, time_limit=300)
+def notify_fan_out() -> dict:
+    """Notify the recipients of new alerts; critical ones by e-mail and webhook at once (accounting/notify.py)."""
+    from django.utils import timezone
+
+    from accounting.notify import fan_out
+
+    with advisory_lock("accounting.notify_fan_out") as locked:
+        return fan_out(now=timezone.now()) if locked else {}
+
+
+@shared_task(name="accounting.tasks.notify_digests", ignore_result=True, time_limit=600)
+def notify_digests() -> int:
+    """E-mail the daily warning digests once the local digest time has passed (accounting/notify.py)."""
+    from django.utils import timezone
+
+    from accounting.notify import send_digests
+
+    with advisory_lock("accounting.notify_digests") as locked:
+        return send_digests(now=timezone.now()) if locked else 0
+
+
+@shared_task(bind=True, name="accounting.tasks.deliver_webhook", ignore_result=True, max_retries=10, time_limit=60)
+def deliver_webhook(self, delivery_id: int) -> str:
+    """Post one webhook delivery; a failed post is retried after 2, 4, 8, … seconds until the delivery's
+    attempts (NOTIFY_WEBHOOK_MAX_ATTEMPTS) are spent (accounting/webhooks.py)."""
+    from accounting.webhooks import DeliveryRetry, webhook_deliver
+
+    try:
+        return webhook_deliver(delivery_id=delivery_id)
+    except DeliveryRetry as failure:
+        raise self.retry(exc=failure, countdown=2 ** (self.request.retries + 1)) from None

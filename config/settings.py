@@ -156,6 +156,7 @@ TEMPLATES = [
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
                 "accounting.context_processors.navigation",
+                "accounting.context_processors.notifications_unread",
             ],
         },
     },
@@ -310,6 +311,15 @@ CHARGE_IDLE_FACTOR = env_str("CHARGE_IDLE_FACTOR", "1.0")
 CHARGE_OVERFLOW_MULTIPLIER = env_str("CHARGE_OVERFLOW_MULTIPLIER", "1.5")
 CHARGE_UNALLOCATED = env_str("CHARGE_UNALLOCATED", "kept")  # kept | shared
 
+# Alerts reaching people (DESIGN.md §6): warnings go out in one digest e-mail a day after this local time
+# (display zone); critical alerts at once by e-mail and webhook, retried with backoff up to the attempts.
+NOTIFY_DIGEST_LOCAL_TIME = env_str("NOTIFY_DIGEST_LOCAL_TIME", "08:30")
+if not re.fullmatch(r"([01]\d|2[0-3]):[0-5]\d", NOTIFY_DIGEST_LOCAL_TIME):
+    raise ImproperlyConfigured(f"NOTIFY_DIGEST_LOCAL_TIME: HH:MM, not {NOTIFY_DIGEST_LOCAL_TIME!r}")
+NOTIFY_FANOUT_LOOKBACK_MINUTES = env_int("NOTIFY_FANOUT_LOOKBACK_MINUTES", 24 * 60, minimum=1)
+NOTIFY_WEBHOOK_TIMEOUT_S = env_int("NOTIFY_WEBHOOK_TIMEOUT_S", 5, minimum=1)
+NOTIFY_WEBHOOK_MAX_ATTEMPTS = env_int("NOTIFY_WEBHOOK_MAX_ATTEMPTS", 5, minimum=1)
+
 # Usage aggregates (DESIGN.md §4): days marked by the triggers and the open days are recomputed this often.
 USAGE_AGGREGATE_EVERY_S = env_int("USAGE_AGGREGATE_EVERY_S", 300, minimum=10)
 
@@ -329,6 +339,9 @@ CELERY_BEAT_SCHEDULE = {
     "close-last-month": {
         "task": "accounting.tasks.close_period", "schedule": 6 * 3600.0, "options": {"expires": 3600},
     },
+    "quota-alerts": {"task": "accounting.tasks.quota_alerts", "schedule": 600.0, "options": {"expires": 600}},
+    "notify-fan-out": {"task": "accounting.tasks.notify_fan_out", "schedule": 60.0, "options": {"expires": 60}},
+    "notify-digests": {"task": "accounting.tasks.notify_digests", "schedule": 900.0, "options": {"expires": 900}},
     "prune-telemetry": {"task": "cluster.tasks.prune_telemetry", "schedule": 3600.0, "options": {"expires": 3600}},
     "observed-usage": {
         "task": "cluster.tasks.observed_scan", "schedule": OBSERVED_SCAN_EVERY_S,

@@ -10,6 +10,15 @@ from accounting.models.money import (
     StatementStatus,
     UnallocatedPolicy,
 )
+from accounting.models.notifications import (
+    DeliveryStatus,
+    DigestSent,
+    Notification,
+    Subscription,
+    WebhookDelivery,
+    WebhookEndpoint,
+    WebhookPreset,
+)
 from accounting.models.teams import Membership, Project, Team
 from accounting.models.tokens import ApiToken
 from accounting.models.usage import (
@@ -27,19 +36,26 @@ __all__ = [
     "DailyEnergy",
     "DailyUnplacedUsage",
     "DailyUsage",
+    "DeliveryStatus",
+    "DigestSent",
     "EnergyTariff",
     "LedgerEntry",
     "LedgerKind",
     "Membership",
     "MoneyChange",
+    "Notification",
     "Project",
     "Quota",
     "RateCard",
     "Statement",
     "StatementStatus",
+    "Subscription",
     "Team",
     "UnallocatedPolicy",
     "UsageAggregateState",
     "UsageDirty",
     "UsageState",
+    "WebhookDelivery",
+    "WebhookEndpoint",
+    "WebhookPreset",
 ]

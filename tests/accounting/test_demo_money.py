@@ -35,6 +35,9 @@ def test_last_month_is_closed_and_this_one_has_quotas(settings):
                .values_list("ticks", flat=True))
     used += sum(DailyUnplacedUsage.objects.filter(team=llm.team, day__gte=llm.period_start).values_list("ticks", flat=True))
     assert 0.85 <= used / TICKS_PER_CARD_HOUR / float(llm.card_hours) <= 0.95
+    from cluster.models import Alert
+
+    assert Alert.objects.open().filter(subject_type="quota", subject_id=llm.pk, kind="quota_90").exists()
     counts = (Statement.objects.count(), LedgerEntry.objects.count(), Quota.objects.count(), RateCard.objects.count())
     load_demo_money(now=NOW)
     assert (Statement.objects.count(), LedgerEntry.objects.count(), Quota.objects.count(),

@@ -23,7 +23,7 @@ pytestmark = pytest.mark.django_db
 
 DAY = "2026-11-02"  # T0's date
 MINUTE = timedelta(minutes=1)
-PAGE_QUERIES = 11  # session, user, nav (groups, memberships), node + GPUs + MIG, series, health (3)
+PAGE_QUERIES = 12  # session, user, nav (groups, memberships), unread notifications, node + GPUs + MIG, series, health (3)
 
 
 def node_url(hostname="h200-a", **query):
