@@ -48,7 +48,7 @@ def close_period(period: str | None = None) -> dict:
         return {"period": first.isoformat(), "statement": statement.pk, "revision": statement.revision}
 
 
-@shared_task(name="accounting.tasks.quota_alerts", ignore_result=True, time_limit=300)
+@shared_task(name="accounting.tasks.quota_alerts", ignore_result=True, time_limit=300, soft_time_limit=270)
 def quota_alerts() -> dict:
     """Raise and close the quota warnings (accounting/quota_watch.py)."""
     from django.utils import timezone
@@ -59,7 +59,7 @@ def quota_alerts() -> dict:
         return watch(now=timezone.now()) if locked else {}
 
 
-@shared_task(name="accounting.tasks.notify_fan_out", ignore_result=True, time_limit=300)
+@shared_task(name="accounting.tasks.notify_fan_out", ignore_result=True, time_limit=300, soft_time_limit=270)
 def notify_fan_out() -> dict:
     """Notify the recipients of new alerts; critical ones by e-mail and webhook at once (accounting/notify.py)."""
     from django.utils import timezone
@@ -70,7 +70,7 @@ def notify_fan_out() -> dict:
         return fan_out(now=timezone.now()) if locked else {}
 
 
-@shared_task(name="accounting.tasks.notify_digests", ignore_result=True, time_limit=600)
+@shared_task(name="accounting.tasks.notify_digests", ignore_result=True, time_limit=600, soft_time_limit=570)
 def notify_digests() -> int:
     """E-mail the daily warning digests once the local digest time has passed (accounting/notify.py)."""
     from django.utils import timezone
@@ -81,7 +81,8 @@ def notify_digests() -> int:
         return send_digests(now=timezone.now()) if locked else 0
 
 
-@shared_task(bind=True, name="accounting.tasks.deliver_webhook", ignore_result=True, max_retries=10, time_limit=60)
+@shared_task(bind=True, name="accounting.tasks.deliver_webhook", ignore_result=True, max_retries=10, time_limit=60,
+             soft_time_limit=45)
 def deliver_webhook(self, delivery_id: int) -> str:
     """Post one webhook delivery; a failed post is retried after 2, 4, 8, … seconds until the delivery's
     attempts (NOTIFY_WEBHOOK_MAX_ATTEMPTS) are spent (accounting/webhooks.py)."""

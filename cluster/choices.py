@@ -79,8 +79,11 @@ class AlertKind(models.TextChoices):
     BOOKING_RELEASED = "booking_released", _("Idle booking released")
     BOOKING_ENDING = "booking_ending", _("Booking ends soon")
     BOOKING_CONFLICT = "booking_conflict", _("Job on a GPU booked by another team")
+    # xgettext:no-python-format
     QUOTA_50 = "quota_50", _("Quota 50 % used")
+    # xgettext:no-python-format
     QUOTA_75 = "quota_75", _("Quota 75 % used")
+    # xgettext:no-python-format
     QUOTA_90 = "quota_90", _("Quota 90 % used")
     QUOTA_100 = "quota_100", _("Quota used up")
     QUOTA_EXPIRY = "quota_expiry", _("Quota expires soon")

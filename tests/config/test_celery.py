@@ -189,3 +189,17 @@ def test_it_stops_a_task_at_its_time_limit(probe):
         pinged["pid"] != started["pid"]
     )  # the hard limit (2 s) killed the pool process; a fresh one took over
     assert worker.poll() is None
+
+
+def test_every_task_has_a_soft_limit_within_its_hard_limit(settings):
+    """Beat refuses to send a task whose soft limit exceeds its hard one (found in the demo: a task with its
+    own short time_limit inherited the global soft limit)."""
+    from config.celery import app
+
+    app.loader.import_default_modules()
+    ours = {name: task for name, task in app.tasks.items() if name.startswith(("accounting.", "cluster."))}
+    assert ours
+    for name, task in ours.items():
+        hard = task.time_limit or settings.CELERY_TASK_TIME_LIMIT
+        soft = task.soft_time_limit or settings.CELERY_TASK_SOFT_TIME_LIMIT
+        assert soft <= hard, name
