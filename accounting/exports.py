@@ -161,3 +161,21 @@ def write_xlsx(columns: Sequence[str], rows: Iterable[Mapping], path_or_stream, 
         sheet.append([_xlsx_cell(sheet, converted) for converted in values])
     book.save(path_or_stream)
     return len(rows)
+
+
+def download_response(columns, rows, *, file_format: str, filename: str, sheet_title: str, time_columns=None):
+    """An HTTP download of ``rows`` as ``file_format`` ("csv" or "xlsx"), named ``filename`` (with its extension)."""
+    import io
+
+    from django.http import HttpResponse
+
+    if file_format == "csv":
+        text = io.StringIO(newline="")
+        write_csv(columns, rows, text)
+        response = HttpResponse(text.getvalue().encode(), content_type=CSV_MEDIA_TYPE)
+    else:
+        data = io.BytesIO()
+        write_xlsx(columns, rows, data, sheet_title=sheet_title, time_columns=time_columns)
+        response = HttpResponse(data.getvalue(), content_type=XLSX_MEDIA_TYPE)
+    response["Content-Disposition"] = f'attachment; filename="{filename}"'
+    return response

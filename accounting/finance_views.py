@@ -9,7 +9,6 @@ its totals rows are the page's team totals."""
 
 from __future__ import annotations
 
-import io
 from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta
 from decimal import Decimal
@@ -27,7 +26,7 @@ from django.utils.translation import gettext as _
 from django.views.decorators.http import require_GET, require_POST
 
 from accounting.close import CloseRefused, close_period, month_days, reopen_period
-from accounting.exports import CSV_MEDIA_TYPE, XLSX_MEDIA_TYPE, write_csv, write_xlsx
+from accounting.exports import download_response
 from accounting.finance_forms import (
     CloseForm,
     PeriodForm,
@@ -291,16 +290,8 @@ def _file_format(request) -> str:
 
 
 def _download(columns, rows, *, file_format: str, name: str, sheet_title: str) -> HttpResponse:
-    if file_format == "csv":
-        text = io.StringIO(newline="")
-        write_csv(columns, rows, text)
-        response = HttpResponse(text.getvalue().encode(), content_type=CSV_MEDIA_TYPE)
-    else:
-        data = io.BytesIO()
-        write_xlsx(columns, rows, data, sheet_title=sheet_title)
-        response = HttpResponse(data.getvalue(), content_type=XLSX_MEDIA_TYPE)
-    response["Content-Disposition"] = f'attachment; filename="{name}.{file_format}"'
-    return response
+    return download_response(columns, rows, file_format=file_format, filename=f"{name}.{file_format}",
+                             sheet_title=sheet_title)
 
 
 @finance_only

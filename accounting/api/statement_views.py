@@ -17,8 +17,6 @@ these GET views share)."""
 
 from __future__ import annotations
 
-import io
-
 from django.http import HttpResponse
 from django.shortcuts import get_object_or_404
 from django.utils import timezone
@@ -31,7 +29,11 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from accounting.close import CloseRefused, close_period, parse_period, reopen_period
-from accounting.exports import CSV_MEDIA_TYPE, XLSX_MEDIA_TYPE, rows_as_json, write_csv, write_xlsx
+from accounting.exports import (
+    XLSX_MEDIA_TYPE,
+    download_response,
+    rows_as_json,
+)
 from accounting.models import Statement
 from accounting.roles import sees_all_teams
 from accounting.statements import (
@@ -168,16 +170,8 @@ class _FileFormatView(APIView):
 
     @staticmethod
     def download(rows, *, file_format: str, name: str, sheet_title: str) -> HttpResponse:
-        if file_format == "csv":
-            text = io.StringIO(newline="")
-            write_csv(COLUMNS, rows, text)
-            response = HttpResponse(text.getvalue().encode(), content_type=CSV_MEDIA_TYPE)
-        else:
-            data = io.BytesIO()
-            write_xlsx(COLUMNS, rows, data, sheet_title=sheet_title)
-            response = HttpResponse(data.getvalue(), content_type=XLSX_MEDIA_TYPE)
-        response["Content-Disposition"] = f'attachment; filename="{name}.{file_format}"'
-        return response
+        return download_response(COLUMNS, rows, file_format=file_format, filename=f"{name}.{file_format}",
+                                 sheet_title=sheet_title)
 
 
 def _rows_json(rows) -> dict:

@@ -7,9 +7,6 @@ negotiation: its JSON answers and errors use the JSON renderer, files are plain 
 
 from __future__ import annotations
 
-import io
-
-from django.http import HttpResponse
 from django.utils.translation import gettext_lazy as _
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiResponse, extend_schema
@@ -18,7 +15,11 @@ from rest_framework.renderers import JSONRenderer
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from accounting.exports import CSV_MEDIA_TYPE, XLSX_MEDIA_TYPE, rows_as_json, write_csv, write_xlsx
+from accounting.exports import (
+    XLSX_MEDIA_TYPE,
+    download_response,
+    rows_as_json,
+)
 from accounting.usage import business_day_of
 from accounting.usage_report import BY_CHOICES, TIME_COLUMNS, usage_report, window_problems
 from cluster.api.job_serializers import ApiErrorSerializer, AwareDateTimeField
@@ -98,14 +99,5 @@ class UsageReportView(APIView):
             return Response(rows_as_json(report.columns, report.rows, data_complete_to=report.data_complete_to))
         filename = (f"usage-{asked['by']}-{business_day_of(asked['start']).isoformat()}-"
                     f"{business_day_of(asked['end']).isoformat()}.{asked['format']}")
-        if asked["format"] == "csv":
-            text = io.StringIO(newline="")
-            write_csv(report.columns, report.rows, text)
-            response = HttpResponse(text.getvalue().encode(), content_type=CSV_MEDIA_TYPE)
-        else:
-            data = io.BytesIO()
-            write_xlsx(report.columns, report.rows, data, sheet_title=f"usage by {asked['by']}",
-                       time_columns=TIME_COLUMNS)
-            response = HttpResponse(data.getvalue(), content_type=XLSX_MEDIA_TYPE)
-        response["Content-Disposition"] = f'attachment; filename="{filename}"'
-        return response
+        return download_response(report.columns, report.rows, file_format=asked["format"], filename=filename,
+                                 sheet_title=f"usage by {asked['by']}", time_columns=TIME_COLUMNS)
