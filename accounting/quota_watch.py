@@ -8,6 +8,7 @@ from datetime import datetime
 
 from django.utils.formats import date_format
 from django.utils.translation import gettext as _
+from django.utils.translation import ngettext
 
 from accounting.models import Quota
 from accounting.quota_selectors import QuotaStatus, quota_statuses
@@ -80,7 +81,9 @@ def quota_alerts(*, now: datetime) -> dict:
                 closed += alert_close(subject_type=AlertSubject.QUOTA, subject_id=quota.pk, kind=kind, at=now)
         if status.expiry_warning:
             days_left = (quota.expires - today).days
-            expiry_message = _("Expires on %(day)s, in %(days)s days.") % {
+            expiry_message = ngettext(
+                "Expires on %(day)s, in %(days)d day.", "Expires on %(day)s, in %(days)d days.", days_left,
+            ) % {
                 "day": date_format(quota.expires), "days": days_left,
             } + " " + message
             _alert, new = alert_raise(
