@@ -19,10 +19,11 @@ from rest_framework import serializers
 
 from accounting.models import Project, Team
 from cluster.api.job_serializers import AwareDateTimeField
+from cluster.api.serializers import InventoryNameFields, find_gpu_model
 from cluster.booking_slots import window_problems
 from cluster.bookings import booking_limits
 from cluster.choices import GpuStatus
-from cluster.models import Booking, BookingStatus, Gpu, GpuHold, GpuModel, Node
+from cluster.models import Booking, BookingStatus, Gpu, GpuHold
 
 MAX_NAMED_GPUS = 256
 _GPU_NAME = re.compile(r"^([A-Za-z0-9.-]+)/(\d{1,5})$")
@@ -34,11 +35,6 @@ def with_holds(bookings):
     return bookings.select_related("team", "project", "booker", "created_by", "gpu_model", "node").prefetch_related(
         Prefetch("holds", queryset=holds)
     )
-
-
-def find_gpu_model(name: str) -> GpuModel | None:
-    """A GPU model by short name ("H200") or NVML name ("NVIDIA H200")."""
-    return GpuModel.objects.filter(short_name=name).first() or GpuModel.objects.filter(name=name).first()
 
 
 class GpuRefSerializer(serializers.Serializer):
@@ -150,7 +146,7 @@ class GpuListField(serializers.Field):
         return [gpu_ref(gpu) for gpu in value]
 
 
-class BookingCreateSerializer(serializers.Serializer):
+class BookingCreateSerializer(InventoryNameFields, serializers.Serializer):
     """A booking request: the team, the time range, and one of a GPU model with a count, named GPUs, or a node.
 
     ``validated_data`` holds the keywords of ``cluster.bookings.booking_create`` (less ``user``)."""
@@ -180,22 +176,6 @@ class BookingCreateSerializer(serializers.Serializer):
         help_text=_("Hostname: book every GPU of the node."),
     )
     note = serializers.CharField(max_length=200, required=False, allow_blank=True, default="")
-
-    def validate_gpu_model(self, name):
-        if not name:
-            return None
-        model = find_gpu_model(name)
-        if model is None:
-            raise serializers.ValidationError(_("Unknown GPU model “%(name)s”.") % {"name": name})
-        return model
-
-    def validate_node(self, hostname):
-        if not hostname:
-            return None
-        node = Node.objects.filter(hostname=hostname).first()
-        if node is None:
-            raise serializers.ValidationError(_("Unknown node “%(node)s”.") % {"node": hostname})
-        return node
 
     def validate_booker(self, username):
         if not username:

@@ -20,6 +20,7 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from accounting.models import Project, Team
+from cluster.api.serializers import InventoryNameFields
 from cluster.choices import GpuStatus
 from cluster.job_selectors import is_service_token, teams_writable_by
 from cluster.jobs import JOB_FIELDS, JobInput, scheduler_team
@@ -32,7 +33,6 @@ from cluster.models import (
     Job,
     JobSource,
     JobState,
-    Node,
     TeamIdentity,
 )
 from cluster.units import TICKS_PER_GPU_SECOND
@@ -192,7 +192,7 @@ def gpu_total(gpus: list[Gpu]) -> Decimal:
     return (Decimal(total.numerator) / Decimal(total.denominator)).quantize(Decimal("0.001"))
 
 
-class JobWriteSerializer(serializers.Serializer):
+class JobWriteSerializer(InventoryNameFields, serializers.Serializer):
     """A job run as a scheduler hook posts it (``POST``) or a person corrects it (``PATCH``).
 
     ``validated_data["job"]`` is the ``JobInput`` for ``job_upsert``: the stored run's facts with the
@@ -261,22 +261,6 @@ class JobWriteSerializer(serializers.Serializer):
         if source == JobSource.OBSERVED:
             raise serializers.ValidationError(_("Observed jobs are written by the system, not through the API."))
         return source
-
-    def validate_gpu_model(self, name):
-        if not name:
-            return None
-        model = GpuModel.objects.filter(short_name=name).first() or GpuModel.objects.filter(name=name).first()
-        if model is None:
-            raise serializers.ValidationError(_("Unknown GPU model “%(name)s”.") % {"name": name})
-        return model
-
-    def validate_node(self, hostname):
-        if not hostname:
-            return None
-        node = Node.objects.filter(hostname=hostname).first()
-        if node is None:
-            raise serializers.ValidationError(_("Unknown node “%(node)s”.") % {"node": hostname})
-        return node
 
     def validate(self, attrs):
         errors: dict[str, list[str]] = {}

@@ -92,3 +92,29 @@ class NodeSerializer(serializers.ModelSerializer):
 class AgentTokenSerializer(serializers.Serializer):
     token = serializers.CharField(help_text=_("The new agent token. Shown once; the server keeps it encrypted."))
     agent_config_line = serializers.CharField(help_text=_("The token_sha256 line for the agent's config."))
+
+
+def find_gpu_model(name: str) -> GpuModel | None:
+    """A GPU model by short name ("H200") or NVML name ("NVIDIA H200")."""
+    return GpuModel.objects.filter(short_name=name).first() or GpuModel.objects.filter(name=name).first()
+
+
+class InventoryNameFields:
+    """``validate_gpu_model`` and ``validate_node`` for write serializers that name a GPU model (short or
+    NVML name) and a node (hostname); an empty value is None, an unknown one a 400 naming it."""
+
+    def validate_gpu_model(self, name):
+        if not name:
+            return None
+        model = find_gpu_model(name)
+        if model is None:
+            raise serializers.ValidationError(_("Unknown GPU model “%(name)s”.") % {"name": name})
+        return model
+
+    def validate_node(self, hostname):
+        if not hostname:
+            return None
+        node = Node.objects.filter(hostname=hostname).first()
+        if node is None:
+            raise serializers.ValidationError(_("Unknown node “%(node)s”.") % {"node": hostname})
+        return node
