@@ -33,7 +33,7 @@ from accounting.statements import TOTAL_KIND, cost_team_ids, priced_usage
 from accounting.usage import business_day_of
 from accounting.usage_math import ALLOCATED_STATES, BUSY, UNMEASURED
 from accounting.usage_report import row_figures, usage_report
-from cluster.choices import AlertSubject, AlertTier
+from cluster.choices import AlertKind, AlertSubject, AlertTier
 from cluster.job_kpis import AllocationSpan, MinuteUsage, job_usage, percent
 from cluster.job_kpis import card_hours as kpi_card_hours
 from cluster.job_selectors import spans_of
@@ -69,16 +69,30 @@ def month_window(*, now: datetime) -> MonthWindow:
 
 # ---- warnings -----------------------------------------------------------------------------------------------
 
+QUOTA_LEVELS = (AlertKind.QUOTA_100, AlertKind.QUOTA_90, AlertKind.QUOTA_75, AlertKind.QUOTA_50)
+
+
 def team_alerts(team: Team) -> list[Alert]:
-    """Open alerts about the team and its quotas, highest tier first, then newest first (one query)."""
+    """Open alerts about the team and its quotas, highest tier first, then newest first (one query). Of a
+    quota's open threshold alerts (50, 75, 90, 100 %) only the highest is shown: it says all the others do."""
     quota_ids = Quota.objects.filter(team=team).values("pk")
-    return list(
+    alerts = list(
         Alert.objects.open()
         .filter(Q(subject_type=AlertSubject.QUOTA, subject_id__in=quota_ids)
                 | Q(subject_type=AlertSubject.TEAM, subject_id=team.pk))
         .annotate(tier_rank=_TIER_RANK)
         .order_by("tier_rank", "-opened_at", "-pk")
     )
+    highest: dict[int, int] = {}
+    for alert in alerts:
+        if alert.subject_type == AlertSubject.QUOTA and alert.kind in QUOTA_LEVELS:
+            level = QUOTA_LEVELS.index(alert.kind)
+            highest[alert.subject_id] = min(level, highest.get(alert.subject_id, level))
+    return [
+        alert for alert in alerts
+        if not (alert.subject_type == AlertSubject.QUOTA and alert.kind in QUOTA_LEVELS
+                and QUOTA_LEVELS.index(alert.kind) != highest[alert.subject_id])
+    ]
 
 
 # ---- card-hours this month ------------------------------------------------------------------------------------

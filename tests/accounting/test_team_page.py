@@ -222,3 +222,12 @@ def test_the_efficiency_trend_marks_today_as_partial():
     ])
     line, partial = team_charts.efficiency_figure(df, title="t")["data"]
     assert line["y"] == [50.0, None] and partial["meta"]["role"] == "partial" and partial["y"] == [25.0]
+
+
+@pytest.mark.django_db
+def test_the_banner_shows_a_quotas_highest_threshold_only(client, lead_a, usage):
+    alert("quota", usage.pk, "quota_50", "warning", "Team Alpha has used 50 % of its quota.")
+    alert("quota", usage.pk, "quota_expiry", "warning", "Team Alpha's quota expires soon.")
+    client.force_login(lead_a)
+    shown = [a.kind for a in client.get(url(usage.team)).context["alerts"]]
+    assert "quota_90" in shown and "quota_50" not in shown and "quota_expiry" in shown
