@@ -57,6 +57,11 @@ def month_days(period: date) -> tuple[date, date]:
     return first, following
 
 
+def previous_month(day: date) -> date:
+    """The first day of the month before ``day``'s."""
+    return (day.replace(day=1) - timedelta(days=1)).replace(day=1)
+
+
 def parse_period(text: str) -> date:
     """``2026-11`` → 2026-11-01; a clear error otherwise."""
     try:

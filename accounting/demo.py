@@ -4,13 +4,13 @@ idempotent."""
 
 from __future__ import annotations
 
-from datetime import date, datetime, timedelta
+from datetime import date, datetime
 from decimal import Decimal
 
 from django.conf import settings
 from django.utils import timezone
 
-from accounting.close import CloseRefused, close_period, month_days
+from accounting.close import CloseRefused, close_period, month_days, previous_month
 from accounting.models import (
     DailyUnplacedUsage,
     DailyUsage,
@@ -23,8 +23,8 @@ from accounting.models import (
 from accounting.quota_watch import quota_alerts
 from accounting.usage import business_day_of
 from accounting.usage_math import ALLOCATED_STATES
-from accounting.usage_report import TICKS_PER_CARD_HOUR
 from cluster.models import CollectionState, GpuModel, Node
+from cluster.units import TICKS_PER_CARD_HOUR
 
 # short name → (price to the 15th of last month, price from then on), per card-hour
 PRICES = {"H200": (Decimal("28.00"), Decimal("26.00")), "H100": (Decimal("20.00"), Decimal("19.00")),
@@ -35,8 +35,8 @@ QUOTAS = {"llm": (None, Decimal("1.09")), "vision": ("H100", Decimal("1.9")), "i
 
 def load_demo_money(*, now: datetime | None = None, history_end: datetime | None = None) -> dict:
     now = now or timezone.now()
-    this_month, _next = month_days(business_day_of(now))
-    last_month, _this = month_days(this_month - timedelta(days=1))
+    this_month = business_day_of(now).replace(day=1)
+    last_month = previous_month(this_month)
     _rate_cards(last_month)
     _quotas(this_month, now)
     if history_end is not None:

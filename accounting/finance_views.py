@@ -10,7 +10,7 @@ its totals rows are the page's team totals."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import date, datetime, timedelta
+from datetime import date, datetime
 from decimal import Decimal
 from functools import wraps
 
@@ -25,7 +25,7 @@ from django.utils import timezone
 from django.utils.translation import gettext as _
 from django.views.decorators.http import require_GET, require_POST
 
-from accounting.close import CloseRefused, close_period, month_days, reopen_period
+from accounting.close import CloseRefused, close_period, month_days, previous_month, reopen_period
 from accounting.exports import download_response
 from accounting.finance_forms import (
     CloseForm,
@@ -76,7 +76,7 @@ def finance_only(view):
 
 def default_period(now: datetime) -> date:
     """Last month, by the business calendar."""
-    return (business_today(now=now).replace(day=1) - timedelta(days=1)).replace(day=1)
+    return previous_month(business_today(now=now))
 
 
 @dataclass
@@ -180,7 +180,7 @@ def _render(request, period: date, *, now: datetime, status: int = 200, **forms)
         "statement": statement,
         "usage": period_usage_report(first, user=request.user, now=now),
         "period_form": PeriodForm(initial={"period": statement.label}),
-        "previous_period": period_label((first - timedelta(days=1)).replace(day=1)),
+        "previous_period": period_label(previous_month(first)),
         "next_period": period_label(following),
         "close_form": CloseForm(initial={"period": statement.label}),
         "reopen_form": forms.get("reopen_form") or ReopenForm(initial={"period": statement.label}),

@@ -16,8 +16,8 @@ from decimal import Decimal
 from fractions import Fraction
 
 from accounting.currency import MINOR_UNITS
+from cluster.units import TICKS_PER_CARD_HOUR
 
-TICKS_PER_CARD_HOUR = 840_000 * 3600
 MILLIJOULES_PER_KWH = 3_600_000_000
 CARD_HOUR_PLACES = 4
 ENERGY = "energy"

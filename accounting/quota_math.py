@@ -29,9 +29,8 @@ from decimal import Decimal
 from fractions import Fraction
 from typing import NamedTuple
 
-from cluster.units import TICKS_PER_GPU_SECOND
+from cluster.units import TICKS_PER_CARD_HOUR
 
-TICKS_PER_CARD_HOUR = TICKS_PER_GPU_SECOND * 3600
 CARD_HOUR_PLACES = 3  # as Quota.card_hours stores them
 WARNING_THRESHOLDS = (50, 75, 90, 100)  # percent used
 EXPIRY_WARNING_DAYS = 15

@@ -2,13 +2,9 @@
 
 from __future__ import annotations
 
-from datetime import timedelta
-
 from celery import shared_task
 
 from config.locks import advisory_lock
-
-_ONE_DAY = timedelta(days=1)
 
 
 @shared_task(name="accounting.tasks.usage_aggregate", ignore_result=True)
@@ -31,12 +27,12 @@ def close_period(period: str | None = None) -> dict:
 
     from django.utils import timezone
 
-    from accounting.close import CloseRefused, month_days, parse_period
+    from accounting.close import CloseRefused, parse_period, previous_month
     from accounting.close import close_period as close
     from accounting.usage import business_day_of
 
     now = timezone.now()
-    first = parse_period(period) if period else month_days(business_day_of(now).replace(day=1) - _ONE_DAY)[0]
+    first = parse_period(period) if period else previous_month(business_day_of(now))
     with advisory_lock("accounting.close_period") as locked:
         if not locked:
             return {}

@@ -18,9 +18,8 @@ from fractions import Fraction
 
 import pandas as pd
 
-from cluster.units import TICKS_PER_GPU_SECOND
+from cluster.units import TICKS_PER_CARD_HOUR
 
-TICKS_PER_CARD_HOUR = TICKS_PER_GPU_SECOND * 3600
 BUSY_COLOUR, IDLE_COLOUR, UNMEASURED_COLOUR = "#2ca02c", "#e8a33d", "#a7adba"
 LINE_COLOUR, FORECAST_COLOUR, MUTED = "#1f77b4", "#d62728", "#5d6677"
 # What each trace or shape is, in its ``meta`` or ``name``: tests and the page's JS tell them apart by it.

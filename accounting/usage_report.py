@@ -67,7 +67,7 @@ from accounting.usage_selectors import data_complete_to
 from cluster.models import Gpu
 from cluster.rollups import floor_minute
 from cluster.telemetry_selectors import business_day_bounds
-from cluster.units import TICKS_PER_GPU_SECOND
+from cluster.units import TICKS_PER_CARD_HOUR
 
 BY_CHOICES = ("team", "project", "gpu_model", "node", "gpu")
 GPU_GROUPINGS = ("gpu_model", "node", "gpu")
@@ -77,7 +77,6 @@ COLUMNS = [
     "data_complete_to",
 ]
 TIME_COLUMNS = ("start", "end", "data_complete_to")
-TICKS_PER_CARD_HOUR = TICKS_PER_GPU_SECOND * 3600
 PLACES = 4
 MAX_SPAN = timedelta(days=400)
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass
-from datetime import timedelta
 
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
@@ -14,6 +13,7 @@ from django.db import transaction
 from django.utils import timezone
 from django.utils.text import slugify
 
+from accounting.close import previous_month
 from accounting.demo import load_demo_money
 from accounting.models import Membership, Project, Team
 from accounting.roles import ADMIN_GROUP, FINANCE_GROUP, TeamRole
@@ -125,8 +125,7 @@ def load_demo(*, agents: dict | None = None, history_days: int | None = None) ->
     load_demo_bookings()
     now = timezone.now()
     if history_days is None:
-        this_month = business_day_of(now).replace(day=1)
-        history_days = (business_day_of(now) - (this_month - timedelta(days=1)).replace(day=1)).days
+        history_days = (business_day_of(now) - previous_month(business_day_of(now))).days
     if history_days:
         load_demo_history(days=history_days, now=now)
         load_demo_money(now=now, history_end=history_window(days=history_days, now=now)[1])

@@ -34,12 +34,11 @@ from decimal import ROUND_HALF_UP, Decimal
 from fractions import Fraction
 from itertools import pairwise
 
-from cluster.units import TICKS_PER_GPU_SECOND
+from cluster.units import TICKS_PER_CARD_HOUR
 
 DEFAULT_IDLE_THRESHOLD_PCT = 5
 MINUTE_S = 60
 US_PER_S = 1_000_000
-TICKS_PER_CARD_HOUR = TICKS_PER_GPU_SECOND * 3600
 # JobState.interrupted(), spelled out so this module needs no Django (a test keeps them equal).
 INTERRUPTED_STATES = frozenset({"failed", "preempted", "requeued"})
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)

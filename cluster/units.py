@@ -9,6 +9,7 @@ from fractions import Fraction
 
 TICKS_PER_GPU_SECOND = 840_000
 WHOLE_GPU_SHARE = TICKS_PER_GPU_SECOND
+TICKS_PER_CARD_HOUR = TICKS_PER_GPU_SECOND * 3600  # one GPU held for one hour
 
 
 def share_from_fraction(fraction: Fraction | int | str) -> int:
