@@ -67,6 +67,7 @@ class AlertSubject(models.TextChoices):
     TEAM = "team", _("Team")
     BOOKING = "booking", _("Booking")
     QUOTA = "quota", _("Quota")
+    JOB = "job", _("Job")
 
 
 class AlertKind(models.TextChoices):
@@ -87,3 +88,4 @@ class AlertKind(models.TextChoices):
     QUOTA_90 = "quota_90", _("Quota 90 % used")
     QUOTA_100 = "quota_100", _("Quota used up")
     QUOTA_EXPIRY = "quota_expiry", _("Quota expires soon")
+    USAGE_FAILED = "usage_failed", _("Usage accounting failed")

@@ -7,7 +7,7 @@ from cluster.models.bookings import (
     MaintenanceWindow,
     TeamBookingPolicy,
 )
-from cluster.models.inventory import Gpu, GpuModel, Node
+from cluster.models.inventory import Gpu, GpuModel, GpuModelAlias, Node
 from cluster.models.jobs import (
     Allocation,
     AllocationOrigin,
@@ -40,6 +40,7 @@ __all__ = [
     "Gpu",
     "GpuHold",
     "GpuModel",
+    "GpuModelAlias",
     "HoldKind",
     "HourRollup",
     "IdentityKind",

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 from django.core.validators import MaxValueValidator, MinValueValidator, RegexValidator
 from django.db import models
+from django.db.models.functions import Lower
 from django.utils.translation import gettext_lazy as _
 
 from cluster.choices import GpuStatus, NodeStatus
@@ -32,6 +33,32 @@ class GpuModel(models.Model):
     @property
     def memory_gib(self) -> int:
         return round(self.memory_mib / 1024)
+
+
+class GpuModelAlias(models.Model):
+    """Another name for a GPU model, as a scheduler or file writes it (Slurm GRES type ``a100_80`` →
+    ``NVIDIA A100-SXM4-80GB``); matched without regard to case."""
+
+    alias = models.CharField(
+        _("alias"), max_length=100, unique=True,
+        help_text=_("The name as it appears in files, e.g. a Slurm GRES type (a100_80); stored in lower case."),
+    )
+    model = models.ForeignKey(GpuModel, on_delete=models.CASCADE, related_name="aliases", verbose_name=_("GPU model"))
+
+    class Meta:
+        ordering = ["alias"]
+        verbose_name = _("GPU model alias")
+        verbose_name_plural = _("GPU model aliases")
+        constraints = [
+            models.CheckConstraint(condition=models.Q(alias=Lower("alias")), name="gpu_model_alias_lower"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.alias} → {self.model_id and self.model.short_name}"
+
+    def save(self, *args, **kwargs):
+        self.alias = self.alias.strip().lower()
+        super().save(*args, **kwargs)
 
 
 class NodeQuerySet(models.QuerySet):
