@@ -27,12 +27,18 @@ marks and processes.
 
 Concurrency
 -----------
-Workers claim dirty rows with ``DELETE … FOR UPDATE SKIP LOCKED`` and recompute them in the same
-statement, so two workers never take the same bucket and a crash leaves it dirty. A writer that finds
-its bucket already dirty locks that row (``ON CONFLICT DO UPDATE … WHERE false`` locks without
-writing) until it commits: a worker then skips the row instead of recomputing without the writer's
-uncommitted samples and deleting the mark. A writer whose bucket a worker holds waits for it, then
-marks the bucket afresh. Marks are inserted in (gpu, bucket) order, so two writers cannot deadlock.
+A worker claims dirty rows with ``DELETE … FOR UPDATE SKIP LOCKED`` (statement 1), then recomputes them
+from raw in statement 2 of the same transaction, so two workers never take the same bucket and a crash
+leaves it dirty. Statement 2 takes its snapshot after the claim: every collection that touched a
+claimed mark before the claim has committed by then, so its samples are read. (One statement that
+both claimed and recomputed read a snapshot taken before the claim, and could consume the mark of a
+collection that committed in between without its samples: the fault run of issue 12.)
+
+A writer that finds its bucket already dirty locks that row (``ON CONFLICT DO UPDATE … WHERE false``
+locks without writing) until it commits: a worker then skips the row instead of recomputing without
+the writer's uncommitted samples and deleting the mark. A writer whose bucket a worker holds waits for
+it, then marks the bucket afresh. Marks are inserted in (gpu, bucket) order, so two writers cannot
+deadlock. Hours work the same way, with the minute workers as their writers.
 """
 
 from __future__ import annotations
@@ -129,17 +135,22 @@ def mark_dirty_range(*, start: datetime, end: datetime, gpu_ids: list[int] | Non
 
 # --- Recomputing claimed buckets --------------------------------------------------------------------
 
-_CLAIM = """
+# Statement 1 of a batch: claim (delete, locked until commit) up to ``limit`` marks of a level.
+_CLAIM_SQL = """
+    DELETE FROM cluster_dirtybucket d
+    WHERE d.level = %(level)s AND (d.gpu_id, d.bucket) IN (
+        SELECT q.gpu_id, q.bucket FROM cluster_dirtybucket q
+        WHERE q.level = %(level)s
+        ORDER BY q.gpu_id, q.bucket
+        LIMIT %(limit)s
+        FOR UPDATE SKIP LOCKED
+    )
+    RETURNING d.gpu_id, d.bucket"""
+
+# Statement 2 reads the claimed buckets back from its parameters, under a snapshot taken after the claim.
+_CLAIMED = """
     claimed AS (
-        DELETE FROM cluster_dirtybucket d
-        WHERE d.level = '{level}' AND (d.gpu_id, d.bucket) IN (
-            SELECT q.gpu_id, q.bucket FROM cluster_dirtybucket q
-            WHERE q.level = '{level}'
-            ORDER BY q.gpu_id, q.bucket
-            LIMIT %(limit)s
-            FOR UPDATE SKIP LOCKED
-        )
-        RETURNING d.gpu_id, d.bucket
+        SELECT * FROM unnest(%(gpu_ids)s::bigint[], %(buckets)s::timestamptz[]) AS c(gpu_id, bucket)
     )"""
 
 # Consecutive claimed minutes of a GPU form a run, read from raw in one index range scan of the
@@ -267,12 +278,12 @@ _COUNTS = """
 
 
 def _process_sql(level: str) -> str:
-    """The one statement that claims, recomputes, writes and (minutes) marks the hours of a batch."""
+    """The statement that recomputes the claimed buckets, writes them and (minutes) marks their hours."""
     minute = level == RollupLevel.MINUTE.value
     columns = ", ".join(ROLLUP_COLUMNS)
     updates = ", ".join(f"{c} = EXCLUDED.{c}" for c in ROLLUP_COLUMNS[2:])
     table = "cluster_minuterollup" if minute else "cluster_hourrollup"
-    parts = [_CLAIM.format(level=level), _MINUTE_SOURCE if minute else _HOUR_SOURCE]
+    parts = [_CLAIMED, _MINUTE_SOURCE if minute else _HOUR_SOURCE]
     parts.append(_WRITE.format(table=table, columns=columns, updates=updates))
     if minute:
         parts.append(_MARK_HOURS)
@@ -283,11 +294,24 @@ _PROCESS_SQL = {level: _process_sql(level) for level in RollupLevel.values}  # k
 
 
 def process_dirty(*, level: str = RollupLevel.MINUTE.value, limit: int | None = None) -> int:
-    """Claim up to ``limit`` dirty buckets of ``level`` and recompute their rollups, in one statement
-    and one transaction; minutes also mark their hours dirty. Returns the number of buckets claimed
-    (fewer than ``limit`` when no more are dirty, or others hold them)."""
+    """Claim up to ``limit`` dirty buckets of ``level`` and recompute their rollups, in one transaction;
+    minutes also mark their hours dirty. Returns the number of buckets claimed (fewer than ``limit``
+    when no more are dirty, or others hold them).
+
+    Two statements, not one: under READ COMMITTED a statement reads the snapshot taken when it began,
+    and a mark may be claimed only after the collection that locked it committed. Recomputing in the
+    claiming statement would read a snapshot without that collection's samples and still consume its
+    mark. The second statement's snapshot is taken after the claim, so it holds every sample of every
+    collection that touched a claimed mark before the claim; a collection that comes later waits for
+    this transaction and then marks the bucket afresh (see the module docstring)."""
+    level = RollupLevel(level).value
     with transaction.atomic(), connection.cursor() as cursor:
-        cursor.execute(_PROCESS_SQL[RollupLevel(level).value], {"limit": limit or DEFAULT_BATCH})
+        cursor.execute(_CLAIM_SQL, {"level": level, "limit": limit or DEFAULT_BATCH})
+        claimed_rows = cursor.fetchall()
+        if not claimed_rows:
+            return 0
+        gpu_ids, buckets = (list(column) for column in zip(*claimed_rows, strict=True))
+        cursor.execute(_PROCESS_SQL[level], {"gpu_ids": gpu_ids, "buckets": buckets})
         claimed, _upserted, _emptied = cursor.fetchone()
     return claimed
 
