@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections import Counter
 from fractions import Fraction
 
-from django.db import IntegrityError, transaction
+from django.db import transaction
 
 from cluster.choices import GpuStatus
 from cluster.models import Gpu, GpuModel, Node
@@ -16,8 +16,10 @@ from cluster.units import WHOLE_GPU_SHARE, share_from_fraction
 def gpu_model_for(name: str, memory_mib: int | None) -> GpuModel:
     """The catalogue entry for an NVML name, created with a derived short name when first seen.
 
-    Two collections may meet the same new name at once: the loser of the insert uses the winner's row."""
-    for _attempt in range(3):
+    An upsert (``INSERT … ON CONFLICT DO NOTHING``), so two collections that meet the same new name at
+    once never fail on the unique name: the second waits for the first and reads its row. Only a short
+    name taken in between by another model sends it round again, with the next free short name."""
+    for _attempt in range(5):
         model = GpuModel.objects.filter(name=name).first()
         if model is not None:
             return model
@@ -26,11 +28,9 @@ def gpu_model_for(name: str, memory_mib: int | None) -> GpuModel:
         candidate, n = short, 2
         while candidate in taken:
             candidate, n = f"{short}-{n}", n + 1
-        try:
-            with transaction.atomic():
-                return GpuModel.objects.create(name=name, short_name=candidate, memory_mib=memory_mib or 0)
-        except IntegrityError:
-            continue  # another transaction committed this name (or took this short name) first
+        GpuModel.objects.bulk_create(
+            [GpuModel(name=name, short_name=candidate, memory_mib=memory_mib or 0)], ignore_conflicts=True
+        )
     return GpuModel.objects.get(name=name)
 
 
