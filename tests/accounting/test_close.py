@@ -7,6 +7,7 @@ from datetime import date, timedelta
 from decimal import Decimal
 
 import pytest
+import time_machine
 from django.db import IntegrityError, connection, transaction
 
 from accounting.close import CloseRefused, close_period, reopen_period
@@ -171,11 +172,18 @@ def test_a_quota_crossed_mid_day_moves_the_rest_to_overflow(month, team_a):
 def test_the_task_closes_a_period_once_and_reports_a_refusal(month):
     from accounting.tasks import close_period as task
 
-    first = task.apply(args=["2026-10"]).get()  # over, complete, nothing to bill: an empty statement
-    assert first["revision"] == 1 and task.apply(args=["2026-10"]).get()["statement"] == first["statement"]
-    refused = task.apply(args=["2026-11"]).get()  # the real clock: November has not ended when this runs
-    assert any("has not ended yet" in problem for problem in refused["refused"]) or refused.get("statement")
+    with time_machine.travel(T0 + timedelta(days=10), tick=False):  # 12 November: the month has not ended
+        first = task.apply(args=["2026-10"]).get()  # over, complete, nothing to bill: an empty statement
+        assert first["revision"] == 1 and task.apply(args=["2026-10"]).get()["statement"] == first["statement"]
+        refused = task.apply(args=["2026-11"]).get()
+    assert refused["period"] == "2026-11-01" and "statement" not in refused
+    assert any("has not ended yet" in problem for problem in refused["refused"])
     assert Statement.objects.filter(period=date(2026, 10, 1)).count() == 1
+    assert not Statement.objects.filter(period=NOVEMBER).exists()
+    with time_machine.travel(AFTER, tick=False):  # as beat runs it on 1 December: last month, now over
+        closed = task.apply().get()
+    assert closed["period"] == "2026-11-01" and closed["revision"] == 1
+    assert Statement.objects.get(period=NOVEMBER).pk == closed["statement"]
 
 
 def test_energy_is_billed_to_the_minutes_holders_at_the_tariff(month):
