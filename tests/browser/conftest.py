@@ -1,13 +1,17 @@
 """Browser fixtures: Debian's Chromium driven through Playwright's sync API against ``live_server``.
 
 Nothing is downloaded: Chromium must already be at /usr/bin/chromium (``make browser-deps``).
+Every browser test runs at one fixed moment (``NOW``): the live server runs in this process, so
+time-machine freezes its clock too, and the pages show the same days whatever the real date.
 """
 
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
+import time_machine
 
-from tests.conftest import PASSWORD
+from tests.conftest import PASSWORD, T0
 
 CHROMIUM = Path("/usr/bin/chromium")
 # The machine has no network: without these Chromium floods the log with refused connections.
@@ -23,6 +27,7 @@ CHROMIUM_ARGS = [
 VIEWPORT = {"width": 1280, "height": 800}
 TIMEOUT_MS = 10_000
 HERE = Path(__file__).resolve().parent
+NOW = T0 + timedelta(hours=10)  # Monday 2 November 2026, 10:00 UTC: October is over, November is not
 SCREENSHOTS = HERE.parents[1] / "var" / "screenshots"
 
 
@@ -31,6 +36,13 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if HERE in Path(item.path).resolve().parents:
             item.add_marker(pytest.mark.browser)
+
+
+@pytest.fixture(autouse=True)
+def frozen_clock():
+    """The server's clock (and the test's) stands at NOW; Chromium's own clock is not ours to move."""
+    with time_machine.travel(NOW, tick=False) as traveller:
+        yield traveller
 
 
 @pytest.fixture(scope="session")

@@ -1,5 +1,6 @@
-"""An engineer books two GPUs from the calendar, sees them as theirs, and cancels them (real time: the
-views use ``timezone.now()``, so the booking is made next week, always ahead and within the horizon)."""
+"""An engineer books two GPUs from the calendar, sees them as theirs, and cancels them (the server's clock
+stands at the browser tests' NOW, see conftest.py; the booking is made next week, ahead and within the
+horizon)."""
 
 import re
 from datetime import datetime, time, timedelta

@@ -1,8 +1,8 @@
 """Finance closes a month on the finance page and downloads its statement as CSV and XLSX, whose totals
 rows equal the totals the page shows; an engineer cannot reach the page.
 
-The page closes with the real clock, so the month is October 2026, over by the time these tests were
-written (the fixed test clock, November 2026, is not over by the real one)."""
+The page closes with the clock of the server, frozen at the browser tests' NOW (2 November 2026, see
+conftest.py), so the month is October 2026, over and collected by then."""
 
 import csv
 import io
@@ -38,9 +38,7 @@ def busy(team, gpu, start: datetime, hours: int, name: str) -> None:
 @pytest.fixture
 def october(team_a, team_b, settings):
     """October 2026: team A busy 2 h and team B 1 h on an H200 priced 20 per card-hour, the node collected
-    up to now."""
-    if timezone.now() < datetime(2026, 11, 2, tzinfo=UTC):
-        pytest.skip("October 2026 is not over yet by the real clock")
+    up to now (NOW, 2 November)."""
     model = GpuModel.objects.create(name="NVIDIA H200", short_name="H200", memory_mib=143771)
     node = Node.objects.create(hostname="fin-n1")
     gpu = Gpu.objects.create(node=node, index=0, uuid="GPU-fin-0", model=model, memory_mib=model.memory_mib)
