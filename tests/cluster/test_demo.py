@@ -4,7 +4,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -22,6 +21,8 @@ from cluster.demo import DEMO_PASSWORD, load_demo
 from cluster.demo_bookings import week_start
 from cluster.models import Booking, Gpu, GpuModel, MaintenanceWindow, Node
 from config.embedded import BASE_DIR
+from config.launcher import FLEET_NODES
+from tests.agents.agent_helpers import free_port, free_port_run
 
 
 @pytest.mark.django_db
@@ -55,20 +56,16 @@ def test_the_demo_has_a_week_of_bookings_from_every_team_and_a_maintenance_windo
     assert MaintenanceWindow.objects.filter(start__gte=monday).exists()
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 @pytest.mark.celery_worker
 def test_the_launcher_serves_the_pages_with_demo_logins_and_stops_cleanly():
-    """What `make demo` runs, on the embedded servers (even in CI), on a spare port and state folder."""
-    port = free_port()
+    """What `make demo` runs, on the embedded servers (even in CI), on spare ports (the web server's and a
+    run of free ones for the simulated agents, not 9400–9407) and a spare state folder."""
+    port, agent_port = free_port(), free_port_run(FLEET_NODES)
     env = {k: v for k, v in os.environ.items() if k not in {"DATABASE_URL", "REDIS_URL", "SECRET_KEY", "FIELD_ENCRYPTION_KEY"}}
     state = f"test-launcher-{os.getpid()}"
     launcher = subprocess.Popen(
-        [sys.executable, "-m", "config.launcher", "--port", str(port), "--state", state, "--history-days", "2"],
+        [sys.executable, "-m", "config.launcher", "--port", str(port), "--agent-port", str(agent_port),
+         "--state", state, "--history-days", "2"],
         cwd=BASE_DIR, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
         start_new_session=True,
     )
