@@ -130,13 +130,17 @@ def test_the_query_count_is_fixed(client, lead_a, usage, small_cluster, django_a
     client.force_login(lead_a)
     client.get(url(usage.team))  # warm the session and the per-user caches' first reads
     with django_assert_num_queries(QUERIES):
-        client.get(url(usage.team))
+        response = client.get(url(usage.team))
+    assert response.status_code == 200 and len(response.context["quotas"]) == 1
+    assert 'data-testid="burndown-chart"' in response.content.decode()
     # A second quota (one not run out: a quota's crossing day is priced hour by hour, by the statements code).
     Quota.objects.create(team=usage.team, gpu_model=small_cluster["l40s"], period_start=NOVEMBER,
                          expires=date(2026, 12, 1), card_hours=500)
     alert("quota", Quota.objects.latest("pk").pk, "quota_50", "warning", "Half the L40S quota is used.")
     with django_assert_num_queries(QUERIES):
-        client.get(url(usage.team))
+        response = client.get(url(usage.team))
+    assert response.status_code == 200 and len(response.context["quotas"]) == 2
+    assert "Half the L40S quota is used." in response.content.decode()
 
 
 QUERIES = 36

@@ -100,7 +100,11 @@ def test_session_login_works_for_the_api(client, engineer_a, small_cluster):
 def test_node_list_query_count_is_pinned(api, engineer_a, small_cluster, django_assert_max_num_queries):
     client = api.as_user(engineer_a)
     with django_assert_max_num_queries(6):
-        client.get("/api/v1/nodes/")
+        response = client.get("/api/v1/nodes/")
+    assert response.status_code == 200
+    nodes = response.json()["results"]
+    assert [(n["hostname"], [g["index"] for g in n["gpus"]]) for n in nodes] == [
+        ("h200-a", [0, 1]), ("h200-b", [0, 1]), ("l40s-a", [0, 1])]
 
 
 def test_the_openapi_schema_describes_the_api(api, engineer_a):

@@ -39,7 +39,10 @@ def test_it_explains_a_bad_filter_value(client, engineer_a, small_cluster):
 def test_it_pins_the_query_count(client, engineer_a, small_cluster, django_assert_max_num_queries):
     client.force_login(engineer_a)
     with django_assert_max_num_queries(10):  # 9 and the unread-notifications badge
-        client.get(reverse("cluster:inventory"))
+        response = client.get(reverse("cluster:inventory"))
+    assert response.status_code == 200
+    assert [n.hostname for n in response.context["nodes"]] == ["h200-a", "h200-b", "l40s-a"]
+    assert all(hostname in response.content.decode() for hostname in ("h200-a", "h200-b", "l40s-a"))
 
 
 def test_node_detail_shows_gpus_and_mig_instances(client, engineer_a, small_cluster):

@@ -283,6 +283,7 @@ def test_the_page_query_count_is_pinned_and_does_not_grow_with_gpus(
     client.force_login(engineer_a)
     client.get(node_url(day=DAY))  # warm the session
     with django_assert_max_num_queries(PAGE_QUERIES):
-        client.get(node_url(day=DAY))
+        response = client.get(node_url(day=DAY))
+    assert response.status_code == 200 and 'data-testid="utilization-chart"' in response.content.decode()
     big_count, small_count = page_queries(client, "big-node"), page_queries(client, "h200-a")
     assert big_count == small_count

@@ -149,12 +149,13 @@ def test_the_calendar_reads_in_a_fixed_number_of_queries(client, engineer_a, lea
     client.force_login(engineer_a)
     client.get(CALENDAR)  # warm the session
     with django_assert_num_queries(CALENDAR_QUERIES):
-        client.get(CALENDAR, {"week": "2026-11-02"})
+        response = client.get(CALENDAR, {"week": "2026-11-02"})
+    assert response.status_code == 200 and len(lanes(response)["h200-a/0"].blocks) == 2
     for day in range(2, 6):
         book(lead_a, team_a, start=at(24 * day + 12), end=at(24 * day + 14), gpus=[gpu("h200-a/0"), gpu("h200-a/1")])
     with django_assert_num_queries(CALENDAR_QUERIES):
         response = client.get(CALENDAR, {"week": "2026-11-02", "group": "model"})
-    assert len(lanes(response)["h200-a/0"].blocks) == 6
+    assert response.status_code == 200 and len(lanes(response)["h200-a/0"].blocks) == 6
 
 
 def test_signing_in_is_required(client, week):
