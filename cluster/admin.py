@@ -3,14 +3,47 @@ from django.contrib import admin, messages
 from django.db import models
 from django.utils.translation import gettext_lazy as _
 
-from cluster.models import Alert, Allocation, Gpu, GpuModel, Job, Node, NodeStatusPeriod, TeamIdentity
+from cluster.models import (
+    Alert,
+    Allocation,
+    Gpu,
+    GpuModel,
+    GpuModelAlias,
+    Job,
+    Node,
+    NodeStatusPeriod,
+    TeamIdentity,
+)
 from cluster.services import agent_config_line, node_status_set, node_token_rotate
+
+
+class GpuModelAliasInline(admin.TabularInline):
+    model = GpuModelAlias
+    extra = 1
+    fields = ["alias"]
 
 
 @admin.register(GpuModel)
 class GpuModelAdmin(admin.ModelAdmin):
     list_display = ["short_name", "name", "memory_mib"]
-    search_fields = ["name", "short_name"]
+    search_fields = ["name", "short_name", "aliases__alias"]
+    inlines = [GpuModelAliasInline]
+
+
+@admin.register(GpuModelAlias)
+class GpuModelAliasAdmin(admin.ModelAdmin):
+    """Other names of a GPU model, as files write them (a Slurm GRES type such as ``a100_80``). Imports
+    match a name, without regard to case, to a model's NVML name, then its short name, then these."""
+
+    list_display = ["alias", "model", "model_name"]
+    list_select_related = ["model"]
+    list_filter = ["model"]
+    search_fields = ["alias", "model__name", "model__short_name"]
+    autocomplete_fields = ["model"]
+
+    @admin.display(description=_("NVML name"), ordering="model__name")
+    def model_name(self, obj):
+        return obj.model.name
 
 
 def _formfield(field, **kwargs):

@@ -9,7 +9,7 @@ from fractions import Fraction
 from django.db import transaction
 
 from cluster.choices import GpuStatus
-from cluster.models import Gpu, GpuModel, Node
+from cluster.models import Gpu, GpuModel, GpuModelAlias, Node
 from cluster.units import WHOLE_GPU_SHARE, share_from_fraction
 
 
@@ -32,6 +32,60 @@ def gpu_model_for(name: str, memory_mib: int | None) -> GpuModel:
             [GpuModel(name=name, short_name=candidate, memory_mib=memory_mib or 0)], ignore_conflicts=True
         )
     return GpuModel.objects.get(name=name)
+
+
+GPU_MODEL_NAME_MAX = GpuModel._meta.get_field("name").max_length
+
+
+def spaced_name(name: str) -> str:
+    """A GPU model name compared loosely: lower case, ``_`` and ``-`` read as spaces, spaces collapsed."""
+    return " ".join(name.lower().replace("_", " ").replace("-", " ").split())
+
+
+def gpu_model_match(name: str) -> GpuModel | None:
+    """The GPU model a file's name means, without regard to case: the model with that NVML name (also
+    written with ``_`` or ``-`` for spaces), else with that short name, else with that alias
+    (GpuModelAlias, e.g. a Slurm GRES type). An alias never shadows a model's own names."""
+    key = name.strip().lower()
+    models = list(GpuModel.objects.all())  # a catalogue of a few dozen
+    for matches in (lambda m: m.name.lower() == key, lambda m: spaced_name(m.name) == spaced_name(key),
+                    lambda m: m.short_name.lower() == key):
+        found = [m for m in models if matches(m)]
+        if found:
+            return found[0]
+    alias = GpuModelAlias.objects.filter(alias=key).select_related("model").first()
+    return alias.model if alias else None
+
+
+def gpu_model_resolve(name: str) -> tuple[GpuModel, bool]:
+    """(the GPU model ``name`` means, whether it was created): :func:`gpu_model_match`, else a new model
+    with that NVML name, memory 0 (unknown), through :func:`gpu_model_for`. Imports use this, so an
+    unknown name (a GRES type nobody mapped yet) never rejects a row; it is reported instead."""
+    name = name.strip()
+    if not name or len(name) > GPU_MODEL_NAME_MAX or not name.isprintable():
+        raise ValueError(f"{name[:40]!r} is not a GPU model name (1 to {GPU_MODEL_NAME_MAX} printable characters)")
+    model = gpu_model_match(name)
+    if model is not None:
+        return model, False
+    return gpu_model_for(name, None), True
+
+
+class GpuModelNames:
+    """Names resolved once per import (a 100,000-row file names a handful); ``created`` lists the
+    models made on the way, by NVML name."""
+
+    def __init__(self) -> None:
+        self._by_key: dict[str, GpuModel] = {}
+        self.created: list[str] = []
+
+    def resolve(self, name: str) -> GpuModel:
+        key = name.strip().lower()
+        if key not in self._by_key:
+            model, created = gpu_model_resolve(name)
+            self._by_key[key] = model
+            if created:
+                self.created.append(model.name)
+        return self._by_key[key]
 
 
 def _short_name(name: str) -> str:

@@ -6,12 +6,19 @@ the database would refuse), then written set-based by ``cluster.job_write.jobs_w
 one ``job_upsert`` per row, which costs several queries a job. Both give the same rows (tested).
 
 Choices of the generic CSV, beyond DESIGN.md §3:
-- ``team`` is a team's slug; ``project`` a project's slug within that team (empty: none).
-- ``gpu_model`` is a GPU model's short name or NVML name, any case; empty with placed GPUs of one
-  model: that model.
-- ``gpu_indices`` lists NVML indices on ``node`` (``0,1``, ``0;1``, ``0 1``, ``0-3``); one whole GPU
-  each, so their number must equal ``gpu_count``; a fractional ``gpu_count`` is unplaced. A ``node``
-  without indices: unplaced, of the node's GPU model when the row names none.
+- ``team`` is a team's slug; ``project`` a project's slug within that team (empty: none). With
+  ``create_teams`` (``--create-teams``) a slug that names no team or project creates it (name = slug,
+  cost centre from the slug), reported in the summary.
+- ``gpu_model`` is a GPU model's NVML name, short name or alias, any case
+  (:func:`cluster.inventory_sync.gpu_model_match`); a name that matches none creates a model of that
+  name (memory unknown), reported, never a rejected row. Empty with placed GPUs of one model: that model.
+- ``gpu_indices`` lists NVML indices on ``node`` (``0,1``, ``0;1``, ``0 1``, ``0-3``, each at most
+  ``GPU_INDEX_MAX``); one whole GPU each, so their number must equal ``gpu_count``; a fractional
+  ``gpu_count`` is unplaced. A ``node`` without indices: unplaced, of the node's GPU model when the row
+  names none.
+- times lie in the supported window and at most a day after now (core.timewindow.check_job_time).
+- nothing is created for a rejected row: teams, projects and GPU models a row names are made only
+  when the row is written (``Lookups.save_new``).
 - optional extra columns: ``name, account, partition, data_ready`` (true/false/1/0/yes/no).
 - ``state`` is one of JobState's values, any case. A run that ended (not pending or running) but has
   a start and no end is refused: its allocation would run on forever.
@@ -23,6 +30,7 @@ Choices of the generic CSV, beyond DESIGN.md §3:
 from __future__ import annotations
 
 import csv
+import re
 from collections import Counter
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
@@ -31,13 +39,17 @@ from decimal import Decimal, InvalidOperation
 from pathlib import Path
 
 from django.db import transaction
+from django.utils import timezone
 
 from accounting.models import Project, Team
 from cluster.choices import GpuStatus
-from cluster.importer import ImportRefused
+from cluster.import_lines import ImportLines
+from cluster.importer import GPU_INDEX_MAX, ImportRefused, listed
+from cluster.inventory_sync import GpuModelNames, spaced_name
 from cluster.job_write import jobs_write
 from cluster.jobs import JobInput
-from cluster.models import Gpu, GpuModel, Job, JobSource, JobState, Node
+from cluster.models import Gpu, GpuModel, GpuModelAlias, Job, JobSource, JobState, Node, TeamIdentity
+from core.timewindow import check_job_time
 
 __all__ = ["ImportRefused", "JobImportReport", "Lookups", "import_jobs_csv", "read_jobs_csv", "write_checked"]
 
@@ -69,21 +81,41 @@ class JobImportReport:
     unchanged: int = 0
     skipped: Counter = field(default_factory=Counter)  # reason → rows
     rejected: list[tuple[int, str]] = field(default_factory=list)
+    warnings: list[tuple[int, str]] = field(default_factory=list)  # rows kept with a caveat (bytes replaced)
     unmapped_accounts: Counter = field(default_factory=Counter)  # sacct account → rows rejected
+    unmapped_users: Counter = field(default_factory=Counter)  # sacct user (no account) → rows rejected
+    default_team_rows: int = 0  # sacct rows sent to --default-team
+    default_team: str = ""
     teams_created: list[str] = field(default_factory=list)
+    projects_created: list[str] = field(default_factory=list)  # "team/project"
+    models_created: list[str] = field(default_factory=list)
+    encoding: str = "utf-8"
 
     def summary(self) -> str:
         lines = [
             f"rows read {self.rows_read}, imported {self.imported}, updated {self.updated}, unchanged "
             f"{self.unchanged}, skipped {sum(self.skipped.values())}, rejected {len(self.rejected)}"
         ]
+        if self.encoding != "utf-8":
+            lines.append(f"read as {self.encoding.upper()} (it had a byte-order mark)")
         if self.skipped:
             lines.append("skipped: " + ", ".join(f"{reason} {n}" for reason, n in sorted(self.skipped.items())))
         if self.unmapped_accounts:
             lines.append("unmapped accounts (rows rejected; map them with a Slurm account identity, or --create-teams): "
-                         + ", ".join(f"{account or '(empty)'} ({n})" for account, n in sorted(self.unmapped_accounts.items())))
+                         + ", ".join(f"{account or '(empty)'} ({n})" for account, n in sorted(self.unmapped_accounts.items()))
+                         + "; or send such rows to one team with --default-team SLUG")
+        if self.unmapped_users:
+            lines.append("unmapped users (no account; rows rejected; map them with a unix user identity, or "
+                         "--default-team): " + ", ".join(f"{user or '(empty)'} ({n})" for user, n in sorted(self.unmapped_users.items())))
+        if self.default_team_rows:
+            lines.append(f"rows sent to the default team {self.default_team}: {self.default_team_rows}")
         if self.teams_created:
-            lines.append("teams created: " + ", ".join(self.teams_created))
+            lines.append("teams created: " + listed(self.teams_created))
+        if self.projects_created:
+            lines.append("projects created: " + listed(self.projects_created))
+        if self.models_created:
+            lines.append("GPU models created (memory unknown; if one is a known model under another name, add a GPU "
+                         "model alias in the admin before importing): " + listed(self.models_created))
         return "\n".join(lines)
 
     def refusal(self) -> str:
@@ -93,21 +125,93 @@ class JobImportReport:
 
 
 class Lookups:
-    """Names in files → rows, each loaded once per import (a 100,000-row file names a few dozen)."""
+    """Names in files → rows, each loaded once per import (a 100,000-row file names a few dozen).
 
-    def __init__(self) -> None:
+    Teams, projects and GPU models that a file names and that do not exist come back unsaved (pk
+    None); :meth:`save_new` saves those the written rows use, so a rejected row creates nothing."""
+
+    def __init__(self, *, create_teams: bool = False) -> None:
+        self.create_teams = create_teams
         self.teams = {team.slug: team for team in Team.objects.all()}
-        self.projects = {(p.team_id, p.slug): p for p in Project.objects.all()}
+        self.projects = {(p.team.slug, p.slug): p for p in Project.objects.select_related("team")}
         self.models: dict[str, GpuModel] = {}
         for model in GpuModel.objects.all():
             self.models[model.name.lower()] = model
+        for model in self.models.copy().values():
+            self.models.setdefault(spaced_name(model.name), model)
+        for model in self.models.copy().values():
             self.models.setdefault(model.short_name.lower(), model)
+        for alias in GpuModelAlias.objects.select_related("model"):
+            self.models.setdefault(alias.alias, alias.model)
+        self.model_names = GpuModelNames()
+        self.identities: list[tuple[str, str, Team]] = []  # (kind, name, team) to record for saved teams
         self._node_gpus: dict[str, dict[int, Gpu] | None] = {}
 
-    def model(self, text: str) -> GpuModel | None:
-        """A GPU model by short or NVML name, any case (``_`` and ``-`` read as spaces for NVML names)."""
+    def model(self, text: str) -> GpuModel:
+        """A GPU model by NVML name, short name or alias, any case (``_`` and ``-`` read as spaces for NVML
+        names); an unknown name gives an unsaved model of that name, created by :meth:`save_new`."""
         key = text.strip().lower()
-        return self.models.get(key) or self.models.get(key.replace("_", " ").replace("-", " "))
+        found = self.models.get(key) or self.models.get(spaced_name(key))
+        if found is None:
+            name = text.strip()
+            if len(name) > GpuModel._meta.get_field("name").max_length or not name.isprintable():
+                raise ValueError(f"{name[:40]!r} is not a GPU model name (at most 100 printable characters)")
+            found = self.models[key] = GpuModel(name=name, short_name=name[:32], memory_mib=0)
+        return found
+
+    def team(self, slug: str, *, column: str = "team") -> Team:
+        """The team with this slug; with ``create_teams`` an unsaved new one, else a ValueError."""
+        if not slug:
+            raise ValueError(f"{column}: is required")
+        team = self.teams.get(slug)
+        if team is None:
+            if not self.create_teams:
+                raise ValueError(f"{column}: no team with slug {slug!r} (--create-teams creates it)")
+            if not SLUG.fullmatch(slug):
+                raise ValueError(f"{column}: {slug[:60]!r} is not a slug (letters, digits, '-' and '_', at most 50)")
+            team = self.teams[slug] = new_team(slug, slug)
+        return team
+
+    def project(self, team: Team, slug: str) -> Project | None:
+        """The team's project with this slug (empty: none); with ``create_teams`` an unsaved new one."""
+        if not slug:
+            return None
+        project = self.projects.get((team.slug, slug))
+        if project is None:
+            if not self.create_teams:
+                raise ValueError(f"project: team {team.slug} has no project with slug {slug!r}")
+            if not SLUG.fullmatch(slug):
+                raise ValueError(f"project: {slug[:60]!r} is not a slug (letters, digits, '-' and '_', at most 50)")
+            project = self.projects[(team.slug, slug)] = Project(team=team, slug=slug, name=slug)
+        return project
+
+    def save_new(self, jobs: Iterable[JobInput], report: JobImportReport) -> None:
+        """Save the unsaved teams, projects and GPU models that ``jobs`` use (and the identities of
+        saved teams), listing them in ``report``; point the jobs at the saved GPU models."""
+        saved_models: dict[int, GpuModel] = {}
+        for data in jobs:
+            team = data.team
+            if team is not None and team.pk is None:
+                if Team.objects.filter(name=team.name).exists():
+                    team.name = f"{team.name} (imported)"[:100]
+                team.save()
+                report.teams_created.append(team.slug)
+            project = data.project
+            if project is not None and project.pk is None:
+                project.team = project.team  # the team may have been saved just now: take its id
+                if Project.objects.filter(team=project.team, name__iexact=project.name).exists():
+                    project.name = f"{project.name} ({project.slug})"[:100]
+                project.save()
+                report.projects_created.append(f"{project.team.slug}/{project.slug}")
+            model = data.gpu_model
+            if model is not None and model.pk is None:
+                if id(model) not in saved_models:
+                    saved_models[id(model)] = self.model_names.resolve(model.name)
+                data.gpu_model = saved_models[id(model)]
+        for kind, name, team in self.identities:
+            if team.pk is not None:
+                TeamIdentity.objects.get_or_create(kind=kind, name=name, defaults={"team": team})
+        report.models_created = list(self.model_names.created)
 
     def node_gpus(self, hostname: str) -> dict[int, Gpu] | None:
         """A node's whole GPUs by NVML index (None: unknown node). Where a retired GPU and its
@@ -126,6 +230,15 @@ class Lookups:
         return self._node_gpus[hostname]
 
 
+SLUG = re.compile(r"[-a-zA-Z0-9_]{1,50}")
+
+
+def new_team(slug: str, name: str) -> Team:
+    """An unsaved team for a name a file gives (its cost centre derived from the name)."""
+    cost_centre = re.sub(r"[^A-Za-z0-9._/-]", "-", name).lstrip("._/-")[:32] or slug[:32]
+    return Team(name=name[:100], slug=slug, cost_centre=cost_centre)
+
+
 # --- cells ---------------------------------------------------------------------------------------
 
 def parse_utc(text: str, column: str) -> datetime | None:
@@ -136,16 +249,24 @@ def parse_utc(text: str, column: str) -> datetime | None:
         seconds = Decimal(text)
     except InvalidOperation:
         seconds = None
+    shown = repr(text[:40])
     try:
         if seconds is not None and seconds.is_finite():
             whole = int(seconds)
             return datetime.fromtimestamp(whole, UTC) + timedelta(microseconds=int((seconds - whole) * 1_000_000))
         moment = datetime.fromisoformat(text)
     except (ValueError, OverflowError, OSError):
-        raise ValueError(f"{column}: {text!r} is not ISO-8601 or epoch seconds") from None
+        if seconds is not None:
+            raise ValueError(f"{column}: {shown} is outside the supported window "
+                             "2000-01-01T00:00:00Z … 2100-01-01T00:00:00Z") from None
+        raise ValueError(f"{column}: {shown} is not ISO-8601 or epoch seconds") from None
     if moment.tzinfo is None:
-        raise ValueError(f"{column}: {text!r} needs a UTC offset (e.g. 2026-11-02T08:00:00+00:00)")
-    return moment.astimezone(UTC)
+        raise ValueError(f"{column}: {shown} needs a UTC offset (e.g. 2026-11-02T08:00:00+00:00)")
+    try:
+        return moment.astimezone(UTC)
+    except OverflowError:
+        raise ValueError(f"{column}: {shown} is outside the supported window "
+                         "2000-01-01T00:00:00Z … 2100-01-01T00:00:00Z") from None
 
 
 def parse_decimal(text: str, column: str, highest: Decimal) -> Decimal | None:
@@ -179,8 +300,10 @@ def parse_indices(text: str) -> list[int]:
         if not part:
             continue
         low, _dash, high = part.partition("-")
-        if not (low.isdigit() and (not high or high.isdigit())):
-            raise ValueError(f"gpu_indices: {text!r} is not a list of GPU indices (e.g. 0,1 or 0-3)")
+        if not (low.isascii() and low.isdigit() and (not high or (high.isascii() and high.isdigit()))):
+            raise ValueError(f"gpu_indices: {text[:40]!r} is not a list of GPU indices (e.g. 0,1 or 0-3)")
+        if len(high or low) > 4 or int(high or low) > GPU_INDEX_MAX:  # checked before a range is expanded
+            raise ValueError(f"gpu_indices: {text[:40]!r} names an index beyond {GPU_INDEX_MAX}, the highest on a node")
         indices.extend(range(int(low), int(high or low) + 1))
     if len(set(indices)) != len(indices):
         raise ValueError(f"gpu_indices: {text!r} names a GPU twice")
@@ -189,47 +312,62 @@ def parse_indices(text: str) -> list[int]:
 
 # --- the generic CSV -----------------------------------------------------------------------------
 
-def read_jobs_csv(path: Path, *, source: str, lookups: Lookups, report: JobImportReport) -> Iterator[tuple[int, JobInput]]:
-    """The file's jobs, line by line; bad rows go to ``report.rejected`` with their reason."""
-    with path.open(newline="", encoding="utf-8-sig") as handle:
-        reader = csv.reader(handle)
-        header = [name.strip() for name in next(reader, [])]
-        missing = [name for name in CSV_REQUIRED if name not in header]
-        if missing:
-            raise ImportRefused(
-                f"the header lacks the required column(s) {', '.join(missing)} (needs {', '.join(CSV_REQUIRED)})"
-            )
-        where = {name: header.index(name) for name in (*CSV_REQUIRED, *CSV_OPTIONAL) if name in header}
-        next_line = reader.line_num + 1
-        for row in reader:
-            line, next_line = next_line, reader.line_num + 1  # a quoted cell may span lines
-            if not any(cell.strip() for cell in row):
-                continue
+def read_jobs_csv(path: Path, *, source: str, lookups: Lookups, report: JobImportReport,
+                  now: datetime | None = None) -> Iterator[tuple[int, JobInput]]:
+    """The file's jobs, line by line; bad rows go to ``report.rejected`` with their reason, rows whose
+    bytes were replaced (not UTF-8) to ``report.warnings`` as well as to the result."""
+    now = now or timezone.now()
+    lines = ImportLines(path)
+    reader = csv.reader(lines)
+    header = [name.strip() for name in next(reader, [])]
+    report.encoding = lines.encoding
+    missing = [name for name in CSV_REQUIRED if name not in header]
+    if missing:
+        raise ImportRefused(
+            f"the header lacks the required column(s) {', '.join(missing)} (needs {', '.join(CSV_REQUIRED)})"
+        )
+    where = {name: header.index(name) for name in (*CSV_REQUIRED, *CSV_OPTIONAL) if name in header}
+    while True:
+        line = reader.line_num + 1  # a quoted cell may span lines: a row is named by its first
+        try:
+            row = next(reader)
+        except StopIteration:
+            return
+        except csv.Error as error:
             report.rows_read += 1
-            cells = {name: row[i].strip() if i < len(row) else "" for name, i in where.items()}
-            try:
-                yield line, _csv_job(cells, source=source, lookups=lookups)
-            except ValueError as error:
-                report.rejected.append((line, str(error)))
+            report.rejected.append((line, f"csv: {error}"))
+            continue
+        problem = lines.problem(line, reader.line_num)
+        if problem is None and not any(cell.strip() for cell in row):
+            continue
+        report.rows_read += 1
+        if problem is not None:
+            report.rejected.append((line, problem))
+            continue
+        cells = {name: row[i].strip() if i < len(row) else "" for name, i in where.items()}
+        try:
+            job = _csv_job(cells, source=source, lookups=lookups, now=now)
+        except ValueError as error:
+            report.rejected.append((line, str(error)))
+            continue
+        report.warnings.extend((line, text) for text in lines.replacements(line, reader.line_num))
+        yield line, job
 
 
-def _csv_job(cells: dict[str, str], *, source: str, lookups: Lookups) -> JobInput:
-    team = lookups.teams.get(cells["team"])
-    if team is None:
-        raise ValueError(f"team: no team with slug {cells['team']!r}" if cells["team"] else "team: is required")
-    project = None
-    if cells["project"]:
-        project = lookups.projects.get((team.pk, cells["project"]))
-        if project is None:
-            raise ValueError(f"project: team {team.slug} has no project with slug {cells['project']!r}")
+def _csv_job(cells: dict[str, str], *, source: str, lookups: Lookups, now: datetime) -> JobInput:
     gpu_count = parse_decimal(cells["gpu_count"], "gpu_count", GPU_COUNT_MAX)
     if gpu_count is None:
         raise ValueError("gpu_count: is required (0 for a job without GPUs)")
+    times = {column: check_job_time(parse_utc(cells[column], column), field=column, now=now)
+             for column in ("submit_time", "start_time", "end_time")}
+    team = lookups.team(cells["team"])
+    project = lookups.project(team, cells["project"])
     model = None
     if cells["gpu_model"]:
-        model = lookups.model(cells["gpu_model"])
-        if model is None:
-            raise ValueError(f"gpu_model: {cells['gpu_model']!r} is no GPU model's short or NVML name")
+        try:
+            model = lookups.model(cells["gpu_model"])
+        except ValueError as error:
+            raise ValueError(f"gpu_model: {error}") from None
     state = cells["state"].lower()
     if state not in STATES:
         raise ValueError(f"state: {cells['state']!r} is not one of {', '.join(JobState.values)}")
@@ -240,13 +378,13 @@ def _csv_job(cells: dict[str, str], *, source: str, lookups: Lookups) -> JobInpu
     if data_ready and data_ready not in TRUE | FALSE:
         raise ValueError(f"data_ready: {cells['data_ready']!r} is not true or false")
     return JobInput(
-        source=source, external_id=cells["job_id"], start_time=parse_utc(cells["start_time"], "start_time"),
+        source=source, external_id=cells["job_id"], start_time=times["start_time"],
         team=team, project=project, name=cells.get("name", ""), user=cells["user"],
         account=cells.get("account", ""), partition=cells.get("partition", ""),
         priority=parse_int(cells.get("priority", ""), "priority"), gpu_count=gpu_count, gpu_model=model,
         estimated_card_hours=parse_decimal(cells.get("estimated_card_hours", ""), "estimated_card_hours", CARD_HOURS_MAX),
         data_ready=(data_ready in TRUE) if data_ready else None, state=state,
-        submit_time=parse_utc(cells["submit_time"], "submit_time"), end_time=parse_utc(cells["end_time"], "end_time"),
+        submit_time=times["submit_time"], end_time=times["end_time"],
         node_list=node, gpus=gpus,
     )
 
@@ -275,7 +413,7 @@ def _placed(node: str, indices_text: str, gpu_count: Decimal, model: GpuModel | 
     models = {gpu.model_id for gpu in gpus}
     if model is None and len(models) == 1:
         model = gpus[0].model
-    elif model is not None and models != {model.pk}:
+    elif model is not None and (model.pk is None or models != {model.pk}):
         raise ValueError(f"gpu_model: {model.short_name}, but node {node}'s GPUs {indices_text} are "
                          f"{', '.join(sorted({g.model.short_name for g in gpus}))}")
     return gpus, model
@@ -294,8 +432,10 @@ def import_problems(data: JobInput) -> list[str]:
     return problems
 
 
-def write_checked(rows: Iterable[tuple[int, JobInput]], report: JobImportReport, *, strict: bool) -> None:
-    """Check every row, then write the good ones in file order (call inside a transaction).
+def write_checked(rows: Iterable[tuple[int, JobInput]], report: JobImportReport, *, strict: bool,
+                  lookups: Lookups | None = None) -> None:
+    """Check every row, then write the good ones in file order (call inside a transaction), saving first
+    the new teams, projects and GPU models of ``lookups`` that they use.
     ``strict``: any bad row refuses the whole file (ImportRefused), after every row is checked."""
     good = []
     for line, data in rows:
@@ -305,18 +445,24 @@ def write_checked(rows: Iterable[tuple[int, JobInput]], report: JobImportReport,
         else:
             good.append(data)
     report.rejected.sort()
+    report.warnings.sort()
     if strict and report.rejected:
         raise ImportRefused(report.refusal())
+    if lookups is not None:
+        lookups.save_new(good, report)
     counts = jobs_write(good)
     report.imported, report.updated, report.unchanged = counts.created, counts.updated, counts.unchanged
     if counts.superseded:
         report.skipped["same run again later in the file"] += counts.superseded
 
 
-def import_jobs_csv(path: Path, *, source: str = JobSource.CSV, strict: bool = False) -> JobImportReport:
-    """Import the generic jobs CSV; bad rows are reported by line, the rest kept unless ``strict``."""
+def import_jobs_csv(path: Path, *, source: str = JobSource.CSV, strict: bool = False, create_teams: bool = False,
+                    now: datetime | None = None) -> JobImportReport:
+    """Import the generic jobs CSV; bad rows are reported by line, the rest kept unless ``strict``.
+    ``create_teams``: a team or project slug that names none creates it."""
     report = JobImportReport()
     with transaction.atomic():
-        rows = read_jobs_csv(path, source=source, lookups=Lookups(), report=report)
-        write_checked(rows, report, strict=strict)
+        lookups = Lookups(create_teams=create_teams)
+        rows = list(read_jobs_csv(path, source=source, lookups=lookups, report=report, now=now))
+        write_checked(rows, report, strict=strict, lookups=lookups)
     return report

@@ -12,16 +12,23 @@ How rows become runs (source ``slurm``, so a run the prolog hook reported throug
   heterogeneous components (``123+0``); a requeued job's runs differ by their start time.
 - GPUs are counted once from AllocTRES: ``gres/gpu=N``, else the sum of typed ``gres/gpu:TYPE=N``
   (``gres/gpumem`` and ``gres/gpuutil`` are not GPUs). A single TYPE names the model (a GpuModel's
-  short name, any case, or its NVML name with ``_`` for spaces; an unknown type rejects the row); no
-  type: the model of the nodes in NodeList when they have one. A job that never started counts the
-  GPUs it asked for (ReqTRES).
+  NVML name, ``_`` for spaces, short name or alias, any case: ``cluster.inventory_sync.gpu_model_match``;
+  a type that names none creates a model of that name, reported); no type: the model of the nodes in
+  NodeList when they have one. A job that never started counts the GPUs it asked for (ReqTRES).
 - ``Unknown``/``None``/empty times: never started (Start), still running (End; a finished run
   without End ends at Start + ElapsedRaw). Times without an offset are read in ``tz`` (the business
   time zone by default); a repeated wall-clock hour at a DST change reads as its first occurrence.
+  Times lie in the supported window, at most a day after now (core.timewindow).
 - the Account maps to a team through a Slurm-account TeamIdentity (and its project), else a team
   whose slug is the account, else the User through a unix-user TeamIdentity (the jobs API's order,
-  so a run a hook reported and its sacct row agree). Unmapped: rows rejected and the account listed
-  once, or with ``create_teams`` a team made (slug and cost centre from the account) with its identity.
+  so a run a hook reported and its sacct row agree). A capture without an Account column (some sites'
+  formats) maps every row by its User. Unmapped: with ``create_teams`` and an account, a team made
+  (slug and cost centre from the account) with its identity; else with ``default_team`` that team;
+  else the row is rejected and the account (or, without one, the user) listed once.
+- NodeList names at most :data:`MAX_HOSTS` hosts, counted before any range is expanded: ``n[0-99999999]``
+  is a rejected row, not minutes and gigabytes of host names.
+- lines are read by ``cluster.import_lines``: bytes that are not UTF-8 are replaced and the line
+  reported as a warning (the row kept); a NUL byte or an over-long line rejects its row.
 - sacct knows nodes, not GPU indices, so runs are unplaced; but a run already placed (by the prolog
   hook) keeps its GPUs when they add up to the GPU count and lie on NodeList's nodes.
 """
@@ -38,22 +45,29 @@ from zoneinfo import ZoneInfo
 
 from django.conf import settings
 from django.db import transaction
+from django.utils import timezone
 from django.utils.text import slugify
 
 from accounting.models import Team
+from cluster.import_lines import ImportLines
 from cluster.job_import import (
     GPU_COUNT_MAX,
     ImportRefused,
     JobImportReport,
     Lookups,
+    new_team,
     parse_int,
     write_checked,
 )
 from cluster.jobs import JobInput, scheduler_team, unplaced_share
 from cluster.models import Allocation, AllocationOrigin, Gpu, IdentityKind, JobSource, JobState, TeamIdentity
+from core.timewindow import WINDOW_TEXT, check_job_time
 
-REQUIRED = ("JobID", "User", "Account", "Submit", "Start", "End", "State", "AllocTRES")
-OPTIONAL = ("JobIDRaw", "Partition", "NodeList", "ElapsedRaw", "JobName", "ReqTRES", "Priority")
+REQUIRED = ("JobID", "User", "Submit", "Start", "End", "State", "AllocTRES")
+OPTIONAL = ("Account", "JobIDRaw", "Partition", "NodeList", "ElapsedRaw", "JobName", "ReqTRES", "Priority")
+FORMAT = ("JobID", "JobIDRaw", "User", "Account", "Partition", "Submit", "Start", "End", "State", "AllocTRES",
+          "NodeList", "ElapsedRaw", "JobName", "ReqTRES", "Priority")  # the --format to ask sacct for
+MAX_HOSTS = 100_000  # hosts one NodeList may name (Slurm's largest clusters have tens of thousands)
 NO_TIME = frozenset({"", "unknown", "none"})
 STATES = {
     "PENDING": JobState.PENDING, "REQUEUE_HOLD": JobState.PENDING, "RESV_DEL_HOLD": JobState.PENDING,
@@ -71,29 +85,44 @@ NO_NODES = frozenset({"", "none assigned", "(null)"})
 CHUNK = 5_000
 
 
-def import_sacct(path: Path, *, tz: str | None = None, create_teams: bool = False, strict: bool = False) -> JobImportReport:
-    """Import sacct output; bad rows are reported by line, the rest kept unless ``strict``."""
+def import_sacct(path: Path, *, tz: str | None = None, create_teams: bool = False, strict: bool = False,
+                 default_team: str | None = None, now: datetime | None = None) -> JobImportReport:
+    """Import sacct output; bad rows are reported by line, the rest kept unless ``strict``.
+    ``default_team``: the slug of the team that rows mapping to no team go to."""
     zone = ZoneInfo(tz or settings.CARDHOUR_BUSINESS_TIME_ZONE)
     report = JobImportReport()
     with transaction.atomic():
-        rows = list(read_sacct(path, zone=zone, lookups=Lookups(), report=report, create_teams=create_teams))
+        lookups = Lookups()
+        fallback = None
+        if default_team:
+            fallback = lookups.teams.get(default_team)
+            if fallback is None:
+                raise ImportRefused(f"--default-team: no team with slug {default_team!r}")
+            report.default_team = default_team
+        rows = list(read_sacct(path, zone=zone, lookups=lookups, report=report, create_teams=create_teams,
+                               default_team=fallback, now=now))
         _keep_known_placement([data for _line, data in rows])
-        write_checked(rows, report, strict=strict)
+        write_checked(rows, report, strict=strict, lookups=lookups)
     return report
 
 
 def read_sacct(path: Path, *, zone: ZoneInfo, lookups: Lookups, report: JobImportReport,
-               create_teams: bool = False) -> Iterator[tuple[int, JobInput]]:
+               create_teams: bool = False, default_team: Team | None = None,
+               now: datetime | None = None) -> Iterator[tuple[int, JobInput]]:
     """The file's runs, line by line; steps go to ``report.skipped``, bad rows to ``report.rejected``
-    (``create_teams``: an unmapped account's team is created on the way)."""
-    return _Reader(zone=zone, lookups=lookups, report=report, create_teams=create_teams).rows(path)
+    (``create_teams``: an unmapped account's team is made on the way, saved by ``Lookups.save_new``;
+    ``default_team``: where rows that map to no team go)."""
+    return _Reader(zone=zone, lookups=lookups, report=report, create_teams=create_teams,
+                   default_team=default_team, now=now or timezone.now()).rows(path)
 
 
 class _Reader:
     """One file's reading: the account and user identities are loaded once."""
 
-    def __init__(self, *, zone: ZoneInfo, lookups: Lookups, report: JobImportReport, create_teams: bool) -> None:
+    def __init__(self, *, zone: ZoneInfo, lookups: Lookups, report: JobImportReport, create_teams: bool,
+                 default_team: Team | None, now: datetime) -> None:
         self.zone, self.lookups, self.report, self.create_teams = zone, lookups, report, create_teams
+        self.default_team, self.now = default_team, now
         self.accounts: dict[str, tuple] = {}
         self.users: dict[str, tuple] = {}
         kinds = {IdentityKind.SLURM_ACCOUNT: self.accounts, IdentityKind.UNIX_USER: self.users}
@@ -101,35 +130,44 @@ class _Reader:
             kinds[i.kind][i.name] = (i.team, i.project)
 
     def rows(self, path: Path) -> Iterator[tuple[int, JobInput]]:
-        with path.open(encoding="utf-8-sig") as handle:
-            header: list[str] | None = None
-            for line, text in enumerate(handle, start=1):
-                text = text.rstrip("\r\n")
-                if not text.strip():
-                    continue
-                fields = text.split("|")
-                if header is None:
-                    header = self._header(fields)
-                    continue
+        lines = ImportLines(path)
+        header: list[str] | None = None
+        for line, text in enumerate(lines, start=1):
+            text = text.rstrip("\r\n")
+            if header is not None and line in lines.bad:
                 self.report.rows_read += 1
-                if fields[-1] == "" and len(fields) == len(header) + 1:
-                    fields.pop()  # --parsable (not parsable2) ends every line with a '|'
-                if len(fields) != len(header):
-                    self.report.rejected.append((line, f"{len(fields)} fields, the header has {len(header)}"))
-                    continue
-                cells = dict(zip(header, (f.strip() for f in fields), strict=True))
-                job_id = cells["JobID"]
-                if "." in job_id:
-                    self.report.skipped["job steps"] += 1
-                elif "[" in job_id:
-                    self.report.skipped["pending array ranges"] += 1
-                else:
-                    try:
-                        yield line, self._job(cells)
-                    except ValueError as error:
-                        self.report.rejected.append((line, str(error)))
+                self.report.rejected.append((line, lines.bad[line]))
+                continue
+            if not text.strip():
+                continue
+            fields = text.split("|")
             if header is None:
-                raise ImportRefused("the file is empty: no sacct header line")
+                header = self._header(fields)
+                self.report.encoding = lines.encoding
+                continue
+            self.report.rows_read += 1
+            if fields[-1] == "" and len(fields) == len(header) + 1:
+                fields.pop()  # --parsable (not parsable2) ends every line with a '|'
+            if len(fields) != len(header):
+                self.report.rejected.append((line, f"{len(fields)} fields, the header has {len(header)}"))
+                continue
+            cells = dict(zip(header, (f.strip() for f in fields), strict=True))
+            cells.setdefault("Account", "")
+            job_id = cells["JobID"]
+            if "." in job_id:
+                self.report.skipped["job steps"] += 1
+            elif "[" in job_id:
+                self.report.skipped["pending array ranges"] += 1
+            else:
+                try:
+                    job = self._job(cells)
+                except ValueError as error:
+                    self.report.rejected.append((line, str(error)))
+                    continue
+                self.report.warnings.extend((line, warning) for warning in lines.replacements(line, line))
+                yield line, job
+        if header is None:
+            raise ImportRefused("the file is empty: no sacct header line")
 
     def _header(self, fields: list[str]) -> list[str]:
         known = {name.lower(): name for name in (*REQUIRED, *OPTIONAL)}
@@ -138,9 +176,7 @@ class _Reader:
             header.pop()
         missing = [name for name in REQUIRED if name not in header]
         if missing:
-            raise ImportRefused(
-                f"the sacct header lacks {', '.join(missing)} (use --parsable2 --format={','.join(REQUIRED + OPTIONAL)})"
-            )
+            raise ImportRefused(f"the sacct header lacks {', '.join(missing)} (use --parsable2 --format={','.join(FORMAT)})")
         return header
 
     def _job(self, cells: dict[str, str]) -> JobInput:
@@ -152,8 +188,13 @@ class _Reader:
         end = self._time(cells["End"], "End")
         elapsed = cells.get("ElapsedRaw", "")
         if end is None and start is not None and state not in (JobState.RUNNING, JobState.PENDING) and elapsed.isdigit():
-            end = start + timedelta(seconds=int(elapsed))
+            if len(elapsed) > 10:  # beyond 300 years: no real run, and Start + it could overflow
+                raise ValueError(f"ElapsedRaw: {elapsed[:20]!r} ends the run outside the supported window {WINDOW_TEXT}")
+            end = check_job_time(start + timedelta(seconds=int(elapsed)), field="End (Start + ElapsedRaw)", now=self.now)
         nodes = "" if cells.get("NodeList", "").lower() in NO_NODES else cells["NodeList"]
+        hosts = hostlist_size(nodes)
+        if hosts > MAX_HOSTS:
+            raise ValueError(f"NodeList: {nodes[:60]!r} names {hosts:,} hosts, more than {MAX_HOSTS:,}")
         gpu_count, gpu_type = gpus_from_tres(cells["AllocTRES"])
         if not gpu_count and start is None:
             gpu_count, gpu_type = gpus_from_tres(cells.get("ReqTRES", ""))
@@ -179,17 +220,21 @@ class _Reader:
         try:
             moment = datetime.fromisoformat(text)
         except ValueError:
-            raise ValueError(f"{column}: {text!r} is not a time (sacct prints 2026-11-02T08:00:00)") from None
+            raise ValueError(f"{column}: {text[:40]!r} is not a time (sacct prints 2026-11-02T08:00:00)") from None
         if moment.tzinfo is None:
             moment = moment.replace(tzinfo=self.zone)
-        return moment.astimezone(UTC)
+        try:
+            moment = moment.astimezone(UTC)
+        except OverflowError:
+            raise ValueError(f"{column}: {text[:40]!r} is outside the supported window {WINDOW_TEXT}") from None
+        return check_job_time(moment, field=column, now=self.now)
 
     def _model(self, gpu_type: str | None, nodes: str):
         if gpu_type:
-            model = self.lookups.model(gpu_type)
-            if model is None:
-                raise ValueError(f"AllocTRES: GPU type {gpu_type!r} is no GPU model's short or NVML name")
-            return model
+            try:
+                return self.lookups.model(gpu_type)
+            except ValueError as error:
+                raise ValueError(f"AllocTRES: GPU type {error}") from None
         models = set()
         for hostname in expand_hostlist(nodes):
             gpus = self.lookups.node_gpus(hostname)
@@ -198,7 +243,8 @@ class _Reader:
 
     def _team(self, account: str, user: str):
         """(team, project) of the account's Slurm-account identity, else of the team whose slug the
-        account is, else of the user's unix-user identity: as the jobs API finds a hook's team."""
+        account is, else of the user's unix-user identity: as the jobs API finds a hook's team. Then,
+        for an unmapped row: a team made for its account (``create_teams``), else the default team."""
         teams = self.lookups.teams
         found = scheduler_team(
             account, user, by_account=self.accounts.get,
@@ -209,20 +255,25 @@ class _Reader:
         if account and self.create_teams:
             self.accounts[account] = (self._create_team(account), None)
             return self.accounts[account]
-        self.report.unmapped_accounts[account] += 1
-        raise ValueError(f"Account: {account!r} maps to no team")
+        if self.default_team is not None:
+            self.report.default_team_rows += 1
+            return self.default_team, None
+        if account:
+            self.report.unmapped_accounts[account] += 1
+            raise ValueError(f"Account: {account!r} maps to no team")
+        self.report.unmapped_users[user] += 1
+        raise ValueError(f"User: {user!r} maps to no team (no Account; map the user with a unix user identity, "
+                         "or give --default-team)")
 
     def _create_team(self, account: str) -> Team:
-        """A team for an account (or the team its slugified name already is), and the identity that maps it."""
+        """A team for an account (or the team its slugified name already is), and the identity that maps it;
+        a new team is unsaved until a row using it is written (Lookups.save_new)."""
         slug = slugify(account)[:50] or "account"
-        team = Team.objects.filter(slug=slug).first()
+        team = self.lookups.teams.get(slug)
         if team is None:
-            name = account if not Team.objects.filter(name=account).exists() else f"{account} (Slurm)"
-            cost_centre = re.sub(r"[^A-Za-z0-9._/-]", "-", account).lstrip("._/-")[:32] or slug[:32]
-            team = Team.objects.create(name=name[:100], slug=slug, cost_centre=cost_centre)
-            self.lookups.teams[team.slug] = team
-            self.report.teams_created.append(team.slug)
-        TeamIdentity.objects.get_or_create(kind=IdentityKind.SLURM_ACCOUNT, name=account, defaults={"team": team})
+            team = self.lookups.teams[slug] = new_team(slug, account if not Team.objects.filter(name=account).exists()
+                                                       else f"{account} (Slurm)")
+        self.lookups.identities.append((IdentityKind.SLURM_ACCOUNT, account, team))
         return team
 
 
@@ -245,17 +296,51 @@ def gpus_from_tres(tres: str) -> tuple[Decimal, str | None]:
     return count, (next(iter(typed)) if len(typed) == 1 else None)
 
 
-def expand_hostlist(text: str) -> list[str]:
-    """Slurm's compressed host list (``gpu[01-03,07],login1``) as host names."""
-    hosts: list[str] = []
+def _items(text: str) -> list[str]:
+    """The comma-separated items of a host list, commas inside brackets kept."""
+    items: list[str] = []
     depth, item = 0, ""
     for char in text + ",":
         depth += {"[": 1, "]": -1}.get(char, 0)
         if char == "," and depth == 0:
-            hosts.extend(_expand_one(item) if item else [])
+            if item:
+                items.append(item)
             item = ""
         else:
             item += char
+    return items
+
+
+def hostlist_size(text: str) -> int:
+    """How many host names :func:`expand_hostlist` would give, counted without expanding any range."""
+    return sum(_count_one(item) for item in _items(text))
+
+
+def _count_one(item: str) -> int:
+    match = re.match(r"^([^\[]*)\[([^\]]*)\](.*)$", item)
+    if not match:
+        return 1
+    _prefix, ranges, rest = match.groups()
+    count = 0
+    for part in ranges.split(","):
+        low, _dash, high = part.partition("-")
+        if not low.isdigit() or (high and not high.isdigit()):
+            return 1  # read as one literal name, as _expand_one does
+        if len(low) > 18 or len(high) > 18:
+            return 10**18  # beyond any cap, without converting a huge number
+        count += max(0, int(high or low) - int(low) + 1)
+    return count * _count_one(rest)
+
+
+def expand_hostlist(text: str) -> list[str]:
+    """Slurm's compressed host list (``gpu[01-03,07],login1``) as host names; more than
+    :data:`MAX_HOSTS` names is a ValueError, raised before anything is expanded."""
+    size = hostlist_size(text)
+    if size > MAX_HOSTS:
+        raise ValueError(f"NodeList: names {size:,} hosts, more than {MAX_HOSTS:,}")
+    hosts: list[str] = []
+    for item in _items(text):
+        hosts.extend(_expand_one(item))
     return hosts
 
 
