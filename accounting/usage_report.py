@@ -41,6 +41,13 @@ unmeasured of the rounded parts.
 trusted; the cluster's watermark on team, project and model rows and on the report, the node's on node
 and GPU rows.
 
+**pending_buckets** (:func:`pending_buckets`): work the worker has not done yet that overlaps the window:
+dirty minute and hour rollup buckets plus usage change marks (``UsageDirty``). Until it is done, the
+figures after ``pending_from`` may change (samples not rolled up read as unmeasured or unallocated, days
+not re-aggregated as they were). The command prints it as a warning; the API gives both fields in JSON
+and an ``X-Cardhour-Pending-Buckets`` header on downloads. An import finishes this work itself unless
+``--defer`` (accounting/replay.py).
+
 **Scoping** (DESIGN.md §2): ``user=None`` (the command line) sees everything; admin and finance every
 team. Leads and engineers see team and project rows of their own teams only, never another team's nor
 the unattributed row. Model, node and GPU rows are cluster-wide figures with no team in them: every
@@ -55,18 +62,20 @@ from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal
 
+from django.db import connection
 from django.db.models import Sum
 from django.utils import timezone
 from django.utils.translation import gettext as _
 
-from accounting.models import DailyUnplacedUsage, DailyUsage, Project, Team
+from accounting.exports import json_value, rows_as_json
+from accounting.models import DailyUnplacedUsage, DailyUsage, Project, Team, UsageDirty
 from accounting.roles import sees_all_teams
 from accounting.usage import business_day_of, unplaced_of_window, usage_of_window
 from accounting.usage_math import ALLOCATED_STATES, STATES, UNMEASURED
 from accounting.usage_selectors import data_complete_to
-from cluster.models import Gpu
+from cluster.models import DirtyBucket, Gpu
 from cluster.rollups import floor_minute
-from cluster.telemetry_selectors import business_day_bounds
+from cluster.telemetry_selectors import business_day_bounds, business_zone
 from cluster.units import TICKS_PER_CARD_HOUR
 
 BY_CHOICES = ("team", "project", "gpu_model", "node", "gpu")
@@ -92,11 +101,22 @@ class UsageReportRefused(ValueError):
 
 @dataclass(frozen=True)
 class UsageReport:
-    """The report's table: ``rows`` are dicts keyed by ``columns``; ``data_complete_to`` the cluster's watermark."""
+    """The report's table: ``rows`` are dicts keyed by ``columns``; ``data_complete_to`` the cluster's watermark;
+    ``pending_buckets`` the work not yet done over the window, after ``pending_from`` (see the module docstring)."""
 
     columns: list[str]
     rows: list[dict]
     data_complete_to: datetime | None
+    pending_buckets: int = 0
+    pending_from: datetime | None = None
+
+    def as_json(self) -> dict:
+        """The JSON answer of the API and of ``usage_report --format json``: columns, rows, data_complete_to,
+        pending_buckets and pending_from."""
+        body = rows_as_json(self.columns, self.rows, data_complete_to=self.data_complete_to)
+        body["pending_buckets"] = self.pending_buckets
+        body["pending_from"] = json_value(self.pending_from, business_zone())
+        return body
 
 
 # ---- pure helpers ---------------------------------------------------------------------------------------
@@ -186,6 +206,28 @@ def whole_days_and_edges(start: datetime, end: datetime) -> tuple[tuple[date, da
 
 
 # ---- reads ------------------------------------------------------------------------------------------------
+
+_PENDING_SQL = f"""
+    WITH rollups AS (
+        SELECT bucket FROM {DirtyBucket._meta.db_table}
+        WHERE bucket < %(end)s
+          AND bucket + CASE WHEN level = 'hour' THEN interval '1 hour' ELSE interval '1 minute' END > %(start)s
+    ), marks AS (
+        SELECT lo FROM {UsageDirty._meta.db_table} WHERE lo < %(end)s AND hi > %(start)s
+    )
+    SELECT (SELECT count(*) FROM rollups) + (SELECT count(*) FROM marks),
+           least((SELECT min(bucket) FROM rollups), (SELECT min(lo) FROM marks))
+"""  # noqa: S608 (table names from model metadata; values are bound)
+
+
+def pending_buckets(*, start: datetime, end: datetime) -> tuple[int, datetime | None]:
+    """(dirty rollup buckets + usage change marks overlapping ``[start, end)``, the earliest instant in the
+    window they concern or None), in one query."""
+    with connection.cursor() as cursor:
+        cursor.execute(_PENDING_SQL, {"start": start, "end": end})
+        count, earliest = cursor.fetchone()
+    return count, (max(earliest, start) if earliest is not None else None)
+
 
 _SQL_KEYS = {
     "team": ("team_id",), "project": ("team_id", "project_id"), "gpu_model": ("gpu__model_id",),
@@ -289,6 +331,7 @@ def usage_report(*, start: datetime, end: datetime, by: str, user=None, now: dat
     now = now or timezone.now()
     ticks, gpus = _collect(start=start, end=end, by=by, user=user, now=now)
     cluster_complete, node_complete = data_complete_to(now=now)
+    pending, pending_from = pending_buckets(start=start, end=end)
     columns = report_columns(by)
     base = dict.fromkeys(columns)
     base.update(start=start, end=end, data_complete_to=cluster_complete)
@@ -296,7 +339,8 @@ def usage_report(*, start: datetime, end: datetime, by: str, user=None, now: dat
         rows = _gpu_rows(by, ticks, gpus, base, node_complete)
     else:
         rows = _team_rows(by, ticks, base)
-    return UsageReport(columns=columns, rows=[row for _key, row in sorted(rows, key=lambda item: item[0])], data_complete_to=cluster_complete)
+    return UsageReport(columns=columns, rows=[row for _key, row in sorted(rows, key=lambda item: item[0])],
+                       data_complete_to=cluster_complete, pending_buckets=pending, pending_from=pending_from)
 
 
 def _last(name):

@@ -18,7 +18,6 @@ from rest_framework.views import APIView
 from accounting.exports import (
     XLSX_MEDIA_TYPE,
     download_response,
-    rows_as_json,
 )
 from accounting.usage import business_day_of
 from accounting.usage_report import BY_CHOICES, TIME_COLUMNS, usage_report, window_problems
@@ -59,6 +58,11 @@ class UsageReportSerializer(serializers.Serializer):
         "One object per row, keyed by the columns."))
     data_complete_to = serializers.DateTimeField(allow_null=True, help_text=_(
         "The figures are complete up to this instant (null: some node has never been collected)."))
+    pending_buckets = serializers.IntegerField(help_text=_(
+        "Rollup buckets and usage change marks over the window that the worker has not processed yet: while "
+        "above 0, the figures after pending_from may change."))
+    pending_from = serializers.DateTimeField(allow_null=True, help_text=_(
+        "The earliest instant in the window that pending work concerns (null: none pending)."))
 
 
 class UsageReportView(APIView):
@@ -96,8 +100,10 @@ class UsageReportView(APIView):
         asked = query.validated_data
         report = usage_report(start=asked["start"], end=asked["end"], by=asked["by"], user=request.user)
         if asked["format"] == "json":
-            return Response(rows_as_json(report.columns, report.rows, data_complete_to=report.data_complete_to))
+            return Response(report.as_json())
         filename = (f"usage-{asked['by']}-{business_day_of(asked['start']).isoformat()}-"
                     f"{business_day_of(asked['end']).isoformat()}.{asked['format']}")
-        return download_response(report.columns, report.rows, file_format=asked["format"], filename=filename,
-                                 sheet_title=f"usage by {asked['by']}", time_columns=TIME_COLUMNS)
+        response = download_response(report.columns, report.rows, file_format=asked["format"], filename=filename,
+                                     sheet_title=f"usage by {asked['by']}", time_columns=TIME_COLUMNS)
+        response["X-Cardhour-Pending-Buckets"] = str(report.pending_buckets)  # the files' columns stay the report's
+        return response

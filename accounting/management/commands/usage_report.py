@@ -1,7 +1,9 @@
 """``manage.py usage_report``: the usage report (accounting.usage_report) as CSV, XLSX or JSON.
 
 CSV and JSON go to stdout unless ``--output FILE``; XLSX is binary and needs ``--output``. The command
-line sees every team, the unattributed row included."""
+line sees every team, the unattributed row included. When work is pending over the window (rollups or
+daily aggregates the worker has not done, see accounting.usage_report) a warning goes to stderr, so the
+figures on stdout are never taken as final without saying so."""
 
 import io
 import json
@@ -12,7 +14,7 @@ from django.core.management.base import BaseCommand, CommandError
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
-from accounting.exports import rows_as_json, write_csv, write_xlsx
+from accounting.exports import write_csv, write_xlsx
 from accounting.usage_report import BY_CHOICES, TIME_COLUMNS, UsageReportRefused, usage_report
 
 FORMATS = ("csv", "xlsx", "json")
@@ -37,7 +39,8 @@ class Command(BaseCommand):
         "Card-hours over [--start, --end) by team, project, GPU model, node or GPU: allocated, busy, idle, "
         "unmeasured, and for GPU groupings unallocated, down and capacity. Times are ISO-8601 with a UTC offset "
         f"on whole minutes (e.g. {EXAMPLE}); whole business days come from the daily aggregates, partial days "
-        "are computed exactly. CSV and JSON go to stdout unless --output; XLSX needs --output."
+        "are computed exactly. CSV and JSON go to stdout unless --output; XLSX needs --output. Work still "
+        "pending over the window (rollups, daily aggregates) is warned about on stderr."
     )
 
     def add_arguments(self, parser):
@@ -58,6 +61,7 @@ class Command(BaseCommand):
             report = usage_report(start=start_at, end=end_at, by=by)
         except UsageReportRefused as refused:
             raise CommandError(f"--{refused.field}: {refused.message}") from None
+        self._warn(report, end_at)
         if file_format == "xlsx":
             write_xlsx(report.columns, report.rows, output, sheet_title=f"usage by {by}", time_columns=TIME_COLUMNS)
         else:
@@ -65,10 +69,25 @@ class Command(BaseCommand):
             if file_format == "csv":
                 write_csv(report.columns, report.rows, text)
             else:
-                body = rows_as_json(report.columns, report.rows, data_complete_to=report.data_complete_to)
+                body = report.as_json()
                 text.write(json.dumps(body, indent=2, ensure_ascii=False) + "\n")
             if output is None:
                 self.stdout.write(text.getvalue(), ending="")
                 return
             output.write_text(text.getvalue(), encoding="utf-8", newline="")
         self.stdout.write(f"Wrote {len(report.rows)} rows to {output}.")
+
+    def _warn(self, report, end: datetime) -> None:
+        if report.pending_buckets:
+            self.stderr.write(self.style.WARNING(
+                f"Warning: {report.pending_buckets} buckets pending: figures after "
+                f"{report.pending_from.isoformat()} may change (rollups or daily aggregates not done yet; run "
+                "the Celery worker, or import without --defer)."))
+        if report.data_complete_to is None:
+            self.stderr.write(self.style.WARNING(
+                "Note: data_complete_to is empty: some node in service has never been collected, so its figures "
+                "may be incomplete."))
+        elif report.data_complete_to < end:
+            self.stderr.write(self.style.WARNING(
+                f"Note: data complete to {report.data_complete_to.isoformat()}: later minutes may still be "
+                "missing samples (read as unmeasured or unallocated)."))
