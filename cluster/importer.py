@@ -247,6 +247,7 @@ def _resolve_gpus(rows: list[_Row], report: ImportReport, models: GpuModelNames,
     named = {row.gpu for row in rows if not row.gpu.isdigit()} | {
         replay_gpu_uuid(row.node, int(row.gpu)) for row in rows if row.gpu.isdigit()}
     known = dict(Gpu.objects.filter(uuid__in=named).values_list("uuid", "node__hostname"))  # uuid → its node
+    known.update((uuid, hostname) for hostname, gpus in in_service.items() for uuid in gpus.values())
     good: list[_Row] = []
     for row in rows:
         node = nodes.get(row.node)

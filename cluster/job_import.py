@@ -314,8 +314,8 @@ def parse_indices(text: str) -> list[int]:
 
 def read_jobs_csv(path: Path, *, source: str, lookups: Lookups, report: JobImportReport,
                   now: datetime | None = None) -> Iterator[tuple[int, JobInput]]:
-    """The file's jobs, line by line; bad rows go to ``report.rejected`` with their reason, rows whose
-    bytes were replaced (not UTF-8) to ``report.warnings`` as well as to the result."""
+    """The file's jobs, line by line; bad rows go to ``report.rejected`` with their reason; a row whose
+    bytes were replaced (not UTF-8) is noted in ``report.warnings``, kept if it still reads."""
     now = now or timezone.now()
     lines = ImportLines(path)
     reader = csv.reader(lines)
@@ -344,14 +344,12 @@ def read_jobs_csv(path: Path, *, source: str, lookups: Lookups, report: JobImpor
         if problem is not None:
             report.rejected.append((line, problem))
             continue
+        report.warnings.extend((line, text) for text in lines.replacements(line, reader.line_num))
         cells = {name: row[i].strip() if i < len(row) else "" for name, i in where.items()}
         try:
-            job = _csv_job(cells, source=source, lookups=lookups, now=now)
+            yield line, _csv_job(cells, source=source, lookups=lookups, now=now)
         except ValueError as error:
             report.rejected.append((line, str(error)))
-            continue
-        report.warnings.extend((line, text) for text in lines.replacements(line, reader.line_num))
-        yield line, job
 
 
 def _csv_job(cells: dict[str, str], *, source: str, lookups: Lookups, now: datetime) -> JobInput:

@@ -159,13 +159,11 @@ class _Reader:
             elif "[" in job_id:
                 self.report.skipped["pending array ranges"] += 1
             else:
+                self.report.warnings.extend((line, warning) for warning in lines.replacements(line, line))
                 try:
-                    job = self._job(cells)
+                    yield line, self._job(cells)
                 except ValueError as error:
                     self.report.rejected.append((line, str(error)))
-                    continue
-                self.report.warnings.extend((line, warning) for warning in lines.replacements(line, line))
-                yield line, job
         if header is None:
             raise ImportRefused("the file is empty: no sacct header line")
 
