@@ -61,6 +61,7 @@ from collections.abc import Hashable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal
+from functools import cached_property
 
 from django.db import connection
 from django.db.models import Sum
@@ -102,13 +103,26 @@ class UsageReportRefused(ValueError):
 @dataclass(frozen=True)
 class UsageReport:
     """The report's table: ``rows`` are dicts keyed by ``columns``; ``data_complete_to`` the cluster's watermark;
-    ``pending_buckets`` the work not yet done over the window, after ``pending_from`` (see the module docstring)."""
+    ``pending_buckets`` the work not yet done over the window ``[start, end)``, after ``pending_from`` (see the
+    module docstring; read on first use, one query, so pages that do not show it do not pay for it)."""
 
     columns: list[str]
     rows: list[dict]
     data_complete_to: datetime | None
-    pending_buckets: int = 0
-    pending_from: datetime | None = None
+    start: datetime | None = None
+    end: datetime | None = None
+
+    @cached_property
+    def _pending(self) -> tuple[int, datetime | None]:
+        return pending_buckets(start=self.start, end=self.end) if self.start is not None else (0, None)
+
+    @property
+    def pending_buckets(self) -> int:
+        return self._pending[0]
+
+    @property
+    def pending_from(self) -> datetime | None:
+        return self._pending[1]
 
     def as_json(self) -> dict:
         """The JSON answer of the API and of ``usage_report --format json``: columns, rows, data_complete_to,
@@ -331,7 +345,6 @@ def usage_report(*, start: datetime, end: datetime, by: str, user=None, now: dat
     now = now or timezone.now()
     ticks, gpus = _collect(start=start, end=end, by=by, user=user, now=now)
     cluster_complete, node_complete = data_complete_to(now=now)
-    pending, pending_from = pending_buckets(start=start, end=end)
     columns = report_columns(by)
     base = dict.fromkeys(columns)
     base.update(start=start, end=end, data_complete_to=cluster_complete)
@@ -340,7 +353,7 @@ def usage_report(*, start: datetime, end: datetime, by: str, user=None, now: dat
     else:
         rows = _team_rows(by, ticks, base)
     return UsageReport(columns=columns, rows=[row for _key, row in sorted(rows, key=lambda item: item[0])],
-                       data_complete_to=cluster_complete, pending_buckets=pending, pending_from=pending_from)
+                       data_complete_to=cluster_complete, start=start, end=end)
 
 
 def _last(name):

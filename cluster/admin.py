@@ -17,8 +17,20 @@ from cluster.models import (
 from cluster.services import agent_config_line, node_status_set, node_token_rotate
 
 
+class GpuModelAliasForm(forms.ModelForm):
+    """Lower-cases the alias before the model's constraints are checked (an alias matches any case)."""
+
+    class Meta:
+        model = GpuModelAlias
+        fields = ["alias", "model"]
+
+    def clean_alias(self):
+        return self.cleaned_data["alias"].strip().lower()
+
+
 class GpuModelAliasInline(admin.TabularInline):
     model = GpuModelAlias
+    form = GpuModelAliasForm
     extra = 1
     fields = ["alias"]
 
@@ -35,6 +47,7 @@ class GpuModelAliasAdmin(admin.ModelAdmin):
     """Other names of a GPU model, as files write them (a Slurm GRES type such as ``a100_80``). Imports
     match a name, without regard to case, to a model's NVML name, then its short name, then these."""
 
+    form = GpuModelAliasForm
     list_display = ["alias", "model", "model_name"]
     list_select_related = ["model"]
     list_filter = ["model"]

@@ -254,7 +254,7 @@ def test_the_query_count_does_not_grow_with_days_or_teams(usage_days, lead_a, fi
                                                           django_assert_num_queries):
     from accounting.models import Team
 
-    expected = {"team": 24, "gpu": 19}[by]  # the same with 1 whole day or 30, 2 teams or 7 (pending work: 1)
+    expected = {"team": 23, "gpu": 18}[by]  # the same with 1 whole day or 30, 2 teams or 7
     for days in (1, 30):
         user = type(lead_a).objects.get(pk=lead_a.pk)  # a fresh request's user: roles not cached yet
         with django_assert_num_queries(expected):
