@@ -138,12 +138,39 @@ class AllocationInline(admin.TabularInline):
 
 @admin.register(Job)
 class JobAdmin(admin.ModelAdmin):
+    """Correct or delete a job (issue 12): its times must lie in the supported window (jobs at most a day
+    ahead), and its scheduler allocations follow its times, count and model, so the usage does too."""
+
+    class JobAdminForm(forms.ModelForm):  # the admin's form factory adds the model and its fields
+        def clean(self):
+            from django.utils import timezone
+
+            from core.timewindow import OutsideWindow, check_job_time, window_message
+
+            cleaned = super().clean()
+            for name in ("submit_time", "start_time", "end_time"):
+                try:
+                    check_job_time(cleaned.get(name), field=name, now=timezone.now())
+                except OutsideWindow as error:
+                    self.add_error(name, window_message(error))
+            start, end = cleaned.get("start_time"), cleaned.get("end_time")
+            if start and end and end < start and "end_time" not in self.errors:
+                self.add_error("end_time", _("is before start_time."))
+            return cleaned
+
+    form = JobAdminForm
     list_display = ["external_id", "source", "name", "user", "team", "state", "gpu_count", "start_time", "end_time"]
     list_filter = ["source", "state", "team"]
     search_fields = ["external_id", "name", "user"]
     list_select_related = ["team"]
     raw_id_fields = ["project"]
     inlines = [AllocationInline]
+
+    def save_related(self, request, form, formsets, change):
+        from cluster.jobs import job_allocations_follow
+
+        super().save_related(request, form, formsets, change)
+        job_allocations_follow(form.instance)  # after the inline, so the job's times win
 
 
 @admin.register(TeamIdentity)

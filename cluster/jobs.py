@@ -15,6 +15,7 @@ from django.db import IntegrityError, transaction
 
 from cluster.models import Allocation, AllocationOrigin, Gpu, GpuModel, Job, JobState
 from cluster.units import TICKS_PER_GPU_SECOND
+from core.timewindow import WINDOW_TEXT, in_window
 
 JOB_FIELDS = (
     "name", "user", "team", "project", "account", "partition", "priority", "gpu_count", "gpu_model",
@@ -72,6 +73,10 @@ class JobInput:
             problems["team"] = "is required"
         if self.project is not None and self.team is not None and self.project.team_id != self.team.pk:
             problems["project"] = "belongs to another team"
+        for name in ("submit_time", "start_time", "end_time"):
+            moment = getattr(self, name)
+            if moment is not None and not in_window(moment):
+                problems[name] = f"is outside the supported window {WINDOW_TEXT}"
         if self.state not in JOB_STATES:
             problems["state"] = f"must be one of {', '.join(JOB_STATES)}"
         return problems
@@ -110,6 +115,22 @@ def job_upsert(data: JobInput) -> tuple[Job, Outcome]:
             if attempt or "job_one_row_per_run" not in str(error):
                 raise
     raise AssertionError("unreachable")
+
+
+@transaction.atomic
+def job_delete(*, job: Job) -> None:
+    """Delete a run and its allocations (an admin's correction of a bad record). The usage triggers mark
+    the ranges the allocations held, so the next aggregation takes the usage away."""
+    Allocation.objects.filter(job=job).delete()
+    Job.objects.filter(pk=job.pk).delete()
+
+
+def job_allocations_follow(job: Job) -> bool:
+    """After an edit of a stored run's facts (the admin site), bring its scheduler allocations in line:
+    the same GPUs it was placed on, its new times, count and model. Returns whether anything changed."""
+    placed = [a.gpu for a in job.allocations.filter(origin=AllocationOrigin.SCHEDULER, gpu__isnull=False)
+              .select_related("gpu")]
+    return _sync_allocations(job, placed or None)
 
 
 def _upsert(data: JobInput) -> tuple[Job, Outcome]:

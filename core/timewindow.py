@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from datetime import UTC, date, datetime, timedelta
 
+from django.utils.translation import gettext as _
+
 WINDOW_START = datetime(2000, 1, 1, tzinfo=UTC)
 WINDOW_END = datetime(2100, 1, 1, tzinfo=UTC)  # exclusive
 JOB_MAX_FUTURE = timedelta(days=1)
@@ -26,6 +28,7 @@ class OutsideWindow(ValueError):
     def __init__(self, field: str, value, *, limit_text: str = WINDOW_TEXT):
         self.field = field
         self.value = value
+        self.limit_text = limit_text
         super().__init__(f"{field}: {_show(value)} is outside the supported window {limit_text}")
 
 
@@ -80,3 +83,42 @@ def epoch_in_window(seconds: float) -> bool:
         return WINDOW_START.timestamp() <= seconds < WINDOW_END.timestamp()
     except TypeError:
         return False
+
+
+def clamp_to_window(moment: datetime) -> datetime:
+    """``moment`` moved into [WINDOW_START, WINDOW_END]: for ranges that calendar arithmetic walks over."""
+    return min(max(moment, WINDOW_START), WINDOW_END)
+
+
+def clamp_date_to_window(day: date) -> date:
+    """``day`` moved into [first day, last day + 1] of the window (a stored quota from year 1, …)."""
+    return min(max(day, WINDOW_START.date()), WINDOW_END.date())
+
+
+def rfc3339_utc(moment: datetime) -> str:
+    """An aware ``moment`` as an RFC 3339 date-time in UTC (``…Z``): how a time outside the window is
+    shown, since a zone's offset in year 1 is its local mean time (Asia/Shanghai: +08:05:43)."""
+    return moment.astimezone(UTC).isoformat().replace("+00:00", "Z")
+
+
+def window_message(error: OutsideWindow) -> str:
+    """The error's message for a person, translated; the field is named by where the message is shown
+    (the API's ``detail`` and a form's error both key it by field)."""
+    value = _show(error.value)
+    if error.limit_text != WINDOW_TEXT:
+        return _("%(value)s is outside the window accepted for job times, %(window)s.") % {
+            "value": value, "window": error.limit_text}
+    return _("%(value)s is outside the supported window %(window)s.") % {"value": value, "window": WINDOW_TEXT}
+
+
+def validate_in_window(value) -> None:
+    """A form or model field validator: a date or aware date-time in the window, else a ValidationError."""
+    from django.core.exceptions import ValidationError
+
+    try:
+        if isinstance(value, datetime):
+            check_in_window(value if value.tzinfo else value.replace(tzinfo=UTC), field="time")
+        elif isinstance(value, date):
+            check_date_in_window(value, field="day")
+    except OutsideWindow as error:
+        raise ValidationError(window_message(error), code="outside_window") from None

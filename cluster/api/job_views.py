@@ -17,7 +17,7 @@ from cluster.api.job_serializers import (
     with_allocations,
 )
 from cluster.job_selectors import is_service_token, jobs_readable_by, teams_writable_by
-from cluster.jobs import JobInput, Outcome, job_upsert
+from cluster.jobs import JobInput, Outcome, job_delete, job_upsert
 from cluster.models import Job, JobSource
 
 ERRORS = {
@@ -37,6 +37,11 @@ class JobWriters(permissions.BasePermission):
             return False
         if request.method in permissions.SAFE_METHODS:
             return True
+        if request.method == "DELETE":
+            # Deleting a run is a person's correction, not a scheduler hook's report.
+            self.message = _("Only admins and the leads of the job's team delete jobs.")
+            return not is_service_token(request) and (
+                is_admin(request.user) or Team.objects.led_by(request.user).exists())
         return is_service_token(request) or is_admin(request.user) or Team.objects.led_by(request.user).exists()
 
     def has_object_permission(self, request, view, job):
@@ -65,7 +70,7 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
 
     serializer_class = JobSerializer
     permission_classes = [JobWriters]
-    http_method_names = ["get", "post", "patch", "head", "options"]
+    http_method_names = ["get", "post", "patch", "delete", "head", "options"]
     # JSON only: a form body turns every field it leaves out into an empty value, and a write merges
     # onto the stored run, so a missing field must stay missing.
     parser_classes = [JSONParser]
@@ -115,6 +120,16 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
         serializer.is_valid(raise_exception=True)
         job, _outcome = upsert(serializer.validated_data["job"])
         return Response(self._row(job))
+
+    @extend_schema(
+        responses={204: None, 403: ERRORS[403], 404: OpenApiResponse(ApiErrorSerializer)},
+        description=_("Delete one run and its allocations (a bad record: correct it by deleting it and posting "
+                      "the right one). Admins, and leads for their teams' jobs; its usage leaves the daily "
+                      "aggregates at the next aggregation."),
+    )
+    def destroy(self, request, pk=None):
+        job_delete(job=self.get_object())
+        return Response(status=status.HTTP_204_NO_CONTENT)
 
     def _row(self, job: Job) -> dict:
         return JobSerializer(with_allocations(Job.objects.filter(pk=job.pk)).get()).data

@@ -343,10 +343,11 @@ def test_writes_take_json_only(hook):
     assert not Job.objects.exists()
 
 
-def test_put_and_delete_are_not_offered(hook):
+def test_put_is_not_offered_and_hooks_do_not_delete(hook):
     job_id = hook.post("/api/v1/jobs/", record()).json()["id"]
     assert hook.put(f"/api/v1/jobs/{job_id}/", record()).status_code == 405
-    assert hook.delete(f"/api/v1/jobs/{job_id}/").status_code == 405
+    assert hook.delete(f"/api/v1/jobs/{job_id}/").status_code == 403  # admins and leads delete (issue 12)
+    assert Job.objects.filter(pk=job_id).exists()
 
 
 def test_sessions_read_and_leads_write(client, cast, lead_a, engineer_a):
