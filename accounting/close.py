@@ -36,10 +36,12 @@ from accounting.pricing import Entry, Policy, Rate, corrections, price_energy, p
 from accounting.quota_math import overflow_totals
 from accounting.quota_selectors import team_overflow
 from accounting.usage import usage_process
+from accounting.usage_failures import usage_problems
 from accounting.usage_math import ALLOCATED_STATES
 from accounting.usage_selectors import data_complete_to
 from cluster.models import GpuModel, Node
 from cluster.telemetry_selectors import business_day_bounds
+from core.timewindow import OutsideWindow, check_date_in_window, window_message
 
 
 class CloseRefused(Exception):
@@ -63,12 +65,23 @@ def previous_month(day: date) -> date:
 
 
 def parse_period(text: str) -> date:
-    """``2026-11`` → 2026-11-01; a clear error otherwise."""
+    """``2026-11`` → 2026-11-01, a month in the supported time window; a clear error otherwise."""
     try:
         year, month = (int(part) for part in text.split("-"))
-        return date(year, month, 1)
+        first = date(year, month, 1)
     except (ValueError, TypeError):
         raise ValueError(_("A period is a month written YYYY-MM, e.g. 2026-11, not %(text)r.") % {"text": text}) from None
+    check_period(first)
+    return first
+
+
+def check_period(first: date) -> date:
+    """``first`` (a month's first day) if the month lies in the supported window, else a ValueError naming it."""
+    try:
+        check_date_in_window(first, field="period")
+    except OutsideWindow as error:
+        raise ValueError(window_message(error)) from None
+    return first
 
 
 def current_policy() -> Policy:
@@ -137,6 +150,7 @@ def completeness_problems(first: date, following: date, *, now: datetime) -> lis
     state = UsageAggregateState.objects.filter(id=1).first()
     if state is None or state.aggregated_to is None or state.aggregated_to < period_end:
         problems.append(_("the usage aggregates are not up to date past the period's end."))
+    problems += usage_problems(first, following)  # bad jobs, GPU-days that failed to aggregate
     return problems
 
 

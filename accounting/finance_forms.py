@@ -12,6 +12,7 @@ from django.utils.translation import gettext_lazy as _
 from accounting.close import parse_period
 from accounting.models import UnallocatedPolicy
 from cluster.models import GpuModel
+from core.timewindow import validate_in_window
 
 
 def add_service_errors(form: forms.Form, error: ValidationError) -> None:
@@ -54,9 +55,10 @@ class ReopenForm(forms.Form):
 class RateCardForm(forms.Form):
     gpu_model = forms.ModelChoiceField(label=_("GPU model"), queryset=GpuModel.objects.order_by("short_name"),
                                        to_field_name="pk")
-    valid_from = forms.DateField(label=_("Valid from"), widget=forms.DateInput(attrs={"type": "date"}))
+    valid_from = forms.DateField(label=_("Valid from"), widget=forms.DateInput(attrs={"type": "date"}),
+                                 validators=[validate_in_window])
     valid_until = forms.DateField(label=_("Valid until"), required=False,
-                                  widget=forms.DateInput(attrs={"type": "date"}),
+                                  widget=forms.DateInput(attrs={"type": "date"}), validators=[validate_in_window],
                                   help_text=_("Empty: until further notice."))
     # No minimum here: the service refuses a negative price with its own message, on this field.
     price_per_card_hour = forms.DecimalField(label=_("Price per card-hour"), max_digits=14, decimal_places=4)

@@ -38,6 +38,7 @@ from accounting.models import (
     UnallocatedPolicy,
 )
 from accounting.roles import is_admin, is_finance
+from core.timewindow import OutsideWindow, check_date_in_window, window_message
 
 EXCLUSION_VIOLATION = "23P01"
 DEADLOCK_DETECTED = "40P01"
@@ -205,6 +206,9 @@ def quota_save(*, user, team, gpu_model, period_start: date, expires: date, card
     for field, value in (("period_start", period_start), ("expires", expires)):
         if value is None:
             problems[field] = _("is required.")
+    for field, value in (("period_start", period_start), ("expires", expires)):
+        if field not in problems:
+            _check_window(problems, field, value)
     if "period_start" not in problems and "expires" not in problems and expires <= period_start:
         problems["expires"] = _("must be after the start (period_start).")
     hours = _not_negative(problems, "card_hours", card_hours)
@@ -273,8 +277,19 @@ def _locked(model: type[models.Model], instance):
 def _check_validity(problems: dict, valid_from, valid_until) -> None:
     if valid_from is None:
         problems["valid_from"] = _("is required.")
-    elif valid_until is not None and valid_until <= valid_from:
-        problems["valid_until"] = _("must be after valid_from (it is the first day no longer covered), or empty.")
+    _check_window(problems, "valid_from", valid_from)
+    _check_window(problems, "valid_until", valid_until)
+    if valid_from is not None and valid_until is not None and valid_until <= valid_from:
+        problems.setdefault("valid_until", _(
+            "must be after valid_from (it is the first day no longer covered), or empty."))
+
+
+def _check_window(problems: dict, field: str, day) -> None:
+    """A day outside the supported time window (core.timewindow) is a problem of ``field``."""
+    try:
+        check_date_in_window(day, field=field)
+    except OutsideWindow as error:
+        problems[field] = window_message(error)
 
 
 def _not_negative(problems: dict, field: str, value) -> Decimal | None:

@@ -54,7 +54,7 @@ def _admins() -> set[int]:
 
 def alert_recipients(alerts: Iterable[Alert]) -> dict[int, set[int]]:
     """User ids per alert id: the team's leads for team and quota alerts, the booker for booking alerts,
-    admins for node and GPU alerts, plus everyone subscribed."""
+    admins for node, GPU and job alerts (a job the usage cannot count), plus everyone subscribed."""
     alerts = list(alerts)
     ids_of: dict[str, set[int]] = defaultdict(set)
     for alert in alerts:
@@ -62,7 +62,7 @@ def alert_recipients(alerts: Iterable[Alert]) -> dict[int, set[int]]:
     quota_team = dict(Quota.objects.filter(pk__in=ids_of[AlertSubject.QUOTA]).values_list("pk", "team_id"))
     leads = _team_leads({*ids_of[AlertSubject.TEAM], *quota_team.values()})
     booker = dict(Booking.objects.filter(pk__in=ids_of[AlertSubject.BOOKING]).values_list("pk", "booker_id"))
-    admins = _admins() if ids_of[AlertSubject.NODE] or ids_of[AlertSubject.GPU] else set()
+    admins = _admins() if ids_of[AlertSubject.NODE] or ids_of[AlertSubject.GPU] or ids_of[AlertSubject.JOB] else set()
     subscriptions = list(
         Subscription.objects.filter(subject_type__in=list(ids_of), user__is_active=True)
         .values_list("user_id", "subject_type", "subject_id", "kind")
@@ -76,7 +76,7 @@ def alert_recipients(alerts: Iterable[Alert]) -> dict[int, set[int]]:
             users |= leads.get(quota_team[alert.subject_id], set())
         elif alert.subject_type == AlertSubject.BOOKING and alert.subject_id in booker:
             users.add(booker[alert.subject_id])
-        elif alert.subject_type in (AlertSubject.NODE, AlertSubject.GPU):
+        elif alert.subject_type in (AlertSubject.NODE, AlertSubject.GPU, AlertSubject.JOB):
             users |= admins
         users |= {
             user_id for user_id, subject_type, subject_id, kind in subscriptions

@@ -130,8 +130,9 @@ def thresholds_crossed(used_fraction: Fraction | Decimal | int | float) -> list[
 
 
 def expiry_warning_due(*, today: date, expires: date, days: int = EXPIRY_WARNING_DAYS) -> bool:
-    """Whether ``today`` falls in the ``days`` days before the quota expires (``expires`` is not counted)."""
-    return expires - timedelta(days=days) <= today < expires
+    """Whether ``today`` falls in the ``days`` days before the quota expires (``expires`` is not counted).
+    Counted as a difference, so a stored expiry near year 1 cannot overflow."""
+    return 0 < (expires - today).days <= days
 
 
 # ---- the overflow rule ----------------------------------------------------------------------------------

@@ -49,6 +49,7 @@ from accounting.usage_math import ALLOCATED_STATES, UNMEASURED
 from cluster.booking_slots import epoch
 from cluster.models import Gpu
 from cluster.telemetry_selectors import business_day_bounds
+from core.timewindow import clamp_date_to_window
 
 HOUR = timedelta(hours=1)
 
@@ -174,8 +175,9 @@ def quota_limits(*, team_ids: Iterable[int], first: date, following: date) -> li
     """The quotas of ``team_ids`` whose periods overlap business days ``[first, following)``, as plain data."""
     rows = Quota.objects.filter(team_id__in=list(team_ids), period_start__lt=following, expires__gt=first)
     return [
+        # A stored period outside the supported window is clamped to it: no usage lies beyond it.
         QuotaLimit(id=quota.pk, team_id=quota.team_id, gpu_model_id=quota.gpu_model_id,
-                   period_start=quota.period_start, expires=quota.expires,
+                   period_start=clamp_date_to_window(quota.period_start), expires=clamp_date_to_window(quota.expires),
                    quota_ticks=ticks_from_card_hours(quota.card_hours))
         for quota in rows.order_by("pk")
     ]

@@ -12,6 +12,7 @@ statuses, kept up to date incrementally, and recomputed for any range on demand.
 
 from __future__ import annotations
 
+import logging
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
 from datetime import date, datetime, timedelta
@@ -22,13 +23,17 @@ from django.db.models import Q
 from django.utils import timezone
 
 from accounting.models import DailyEnergy, DailyUnplacedUsage, DailyUsage, UsageAggregateState
-from accounting.usage_inputs import gpu_windows, physical_gpus
+from accounting.usage_failures import UsageFailures
+from accounting.usage_inputs import counted_allocations, gpu_windows, physical_gpus
 from accounting.usage_math import settle_claims, split_energy, split_states
 from cluster.booking_slots import epoch
-from cluster.models import Allocation, Gpu
+from cluster.models import Gpu
 from cluster.rollups import floor_minute
 from cluster.telemetry_selectors import business_day_bounds, business_zone
 from cluster.units import WHOLE_GPU_SHARE
+from core.timewindow import WINDOW_START, clamp_to_window
+
+logger = logging.getLogger(__name__)
 
 GpuKey = tuple[int, str, int | None, int | None]  # (gpu id, state, team id, project id)
 UnplacedKey = tuple[int, int | None, int | None]  # (team id, project id, GPU model id)
@@ -39,7 +44,9 @@ def business_day_of(moment: datetime) -> date:
 
 
 def business_days(start: datetime, end: datetime) -> list[date]:
-    """The business days that ``[start, end)`` touches, in order."""
+    """The business days that ``[start, end)`` touches, in order; clamped to the supported window first,
+    so a stored year-1 time neither overflows the calendar nor asks for 700,000 days."""
+    start, end = clamp_to_window(start), clamp_to_window(end)
     if end <= start:
         return []
     first, last = business_day_of(start), business_day_of(end - timedelta(microseconds=1))
@@ -76,7 +83,7 @@ def unplaced_of_window(*, start: datetime, end: datetime, now: datetime) -> Coun
     if end <= start:
         return out
     rows = (
-        Allocation.objects.counted().filter(gpu__isnull=True, start__lt=end, job__team__isnull=False)
+        counted_allocations().filter(gpu__isnull=True, start__lt=end, job__team__isnull=False)
         .filter(Q(end__isnull=True) | Q(end__gt=start))
         .values_list("share", "start", "end", "job__team_id", "job__project_id", "gpu_model_id", "job__gpu_model_id")
     )
@@ -167,7 +174,7 @@ def _days_to_redo(marks: Iterable[tuple], now: datetime) -> tuple[dict[date, set
     by_day: dict[date, set[int]] = defaultdict(set)
     unplaced: set[date] = set()
     for gpu_id, node_id, lo, hi in marks:
-        days = business_days(lo, min(hi, now))
+        days = business_days(lo, now if hi is None else min(hi, now))  # no end: still open, up to now
         if gpu_id is not None:
             targets = [parent.get(gpu_id, gpu_id)]
         elif node_id is not None:
@@ -181,12 +188,18 @@ def _days_to_redo(marks: Iterable[tuple], now: datetime) -> tuple[dict[date, set
 
 
 def usage_process(*, now: datetime | None = None, batch: int = 20_000) -> dict:
-    """Recompute what the triggers marked and the open days. Returns counts; rerunnable."""
+    """Recompute what the triggers marked and the open days. Returns counts; rerunnable.
+
+    Each unit (a day's GPUs, the day's unplaced usage) is aggregated in its own savepoint: one that fails
+    is retried GPU by GPU, a GPU that still fails keeps its old rows, gets an alert naming it and the
+    error, and is marked again for the next run; the rest goes on. Allocations outside the supported
+    time window are not counted, and their jobs are reported (usage_failures)."""
     now = now or timezone.now()
     state, _created = UsageAggregateState.objects.get_or_create(id=1)
-    open_from = business_day_of(state.aggregated_to or now)
+    open_from = business_day_of(max(state.aggregated_to or now, WINDOW_START))
     today = business_day_of(now)
     open_days = [open_from + timedelta(days=n) for n in range((today - open_from).days + 1)]
+    failures = UsageFailures(now=now)
     redone: set[date] = set()
     marks_done = 0
     while True:
@@ -199,10 +212,41 @@ def usage_process(*, now: datetime | None = None, batch: int = 20_000) -> dict:
             for day in sorted(set(by_day) | unplaced):
                 if day in open_days:
                     continue  # redone whole below
-                aggregate_day(day=day, now=now, gpu_ids=sorted(by_day[day]) if day in by_day else [],
-                              unplaced=day in unplaced)
+                _aggregate_isolated(day=day, now=now, gpu_ids=sorted(by_day[day]) if day in by_day else [],
+                                    unplaced=day in unplaced, failures=failures)
                 redone.add(day)
     for day in open_days:
-        aggregate_day(day=day, now=now)
+        _aggregate_isolated(day=day, now=now, gpu_ids=None, unplaced=True, failures=failures)
+    failures.mark_again()
+    bad_jobs = failures.report_bad_jobs()
     UsageAggregateState.objects.filter(id=1).update(aggregated_to=now)
-    return {"marks": marks_done, "days_redone": len(redone), "open_days": len(open_days)}
+    return {"marks": marks_done, "days_redone": len(redone), "open_days": len(open_days),
+            "failed": failures.count, "bad_jobs": bad_jobs}
+
+
+def _aggregate_isolated(*, day: date, now: datetime, gpu_ids: Sequence[int] | None, unplaced: bool,
+                        failures: UsageFailures) -> None:
+    """``aggregate_day`` in a savepoint; on failure, GPU by GPU and the unplaced usage alone, so one bad
+    GPU-day costs only itself (its old rows stay, an alert names it)."""
+    try:
+        aggregate_day(day=day, now=now, gpu_ids=gpu_ids, unplaced=unplaced)
+    except Exception:
+        logger.warning("aggregating %s failed; retrying GPU by GPU", day, exc_info=True)
+    else:
+        failures.succeeded(day=day, gpu_ids=gpu_ids, unplaced=unplaced)
+        return
+    ids = list(physical_gpus().values_list("pk", flat=True)) if gpu_ids is None else list(gpu_ids)
+    for gpu_id in ids:
+        try:
+            aggregate_day(day=day, now=now, gpu_ids=[gpu_id], unplaced=False)
+        except Exception as error:
+            failures.failed(day=day, gpu_id=gpu_id, error=error)
+        else:
+            failures.succeeded(day=day, gpu_ids=[gpu_id], unplaced=False)
+    if unplaced:
+        try:
+            aggregate_day(day=day, now=now, gpu_ids=[], unplaced=True)
+        except Exception as error:
+            failures.failed(day=day, gpu_id=None, error=error)
+        else:
+            failures.succeeded(day=day, gpu_ids=[], unplaced=True)

@@ -20,6 +20,7 @@ from cluster.bookings import RangeBoundEpoch
 from cluster.choices import GpuStatus, NodeStatus
 from cluster.models import Allocation, Gpu, GpuHold, HoldKind, NodeStatusPeriod
 from cluster.units import WHOLE_GPU_SHARE
+from core.timewindow import WINDOW_END, WINDOW_START
 
 BOOKING_FIRST, JOBS_AFTER = 0, 1
 
@@ -41,6 +42,18 @@ def physical_gpus(gpu_ids: Sequence[int] | None = None):
     """The GPUs that have capacity: whole GPUs (MIG slices are parts of their GPU), retired ones excluded."""
     gpus = Gpu.objects.filter(mig_parent__isnull=True).exclude(status=GpuStatus.RETIRED)
     return gpus if gpu_ids is None else gpus.filter(pk__in=gpu_ids)
+
+
+def allocations_in_window() -> Q:
+    """The allocations the aggregation can count: begun in the supported window, not ending after it.
+    One outside it is a stored bad record (written before the window was enforced, or by raw SQL): it is
+    left out, and its job is reported for an admin to correct (``accounting.usage.usage_process``)."""
+    return Q(start__gte=WINDOW_START, start__lt=WINDOW_END) & (Q(end__isnull=True) | Q(end__lte=WINDOW_END))
+
+
+def counted_allocations():
+    """``Allocation.objects.counted()`` within the window (:func:`allocations_in_window`)."""
+    return Allocation.objects.counted().filter(allocations_in_window())
 
 
 def gpu_windows(*, start: datetime, end: datetime, now: datetime, gpu_ids: Sequence[int] | None = None,
@@ -82,7 +95,7 @@ def _booking_claims(windows, ids, start, end) -> None:
 
 def _job_claims(windows, ids, start, end, now_s) -> None:
     allocations = (
-        Allocation.objects.counted()
+        counted_allocations()
         .filter(Q(gpu_id__in=ids) | Q(gpu__mig_parent_id__in=ids), start__lt=end)
         .filter(Q(end__isnull=True) | Q(end__gt=start))
         .values_list("pk", "gpu_id", "gpu__mig_parent_id", "share", "start", "end", "job__team_id", "job__project_id")

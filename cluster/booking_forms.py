@@ -19,6 +19,7 @@ from cluster.booking_calendar import GROUP_BY_MODEL, GROUP_BY_NODE, calendar_gpu
 from cluster.bookings import bookable_gpus
 from cluster.choices import NodeStatus
 from cluster.models import BookingMode, GpuModel, Node
+from core.timewindow import validate_in_window
 
 LOCAL_MINUTE = "%Y-%m-%dT%H:%M"  # what <input type="datetime-local"> sends and shows
 GRID_SECONDS = 1800
@@ -35,13 +36,15 @@ class LocalDateTimeInput(forms.DateTimeInput):
 
 
 def local_datetime_field(label) -> forms.DateTimeField:
-    return forms.DateTimeField(label=label, widget=LocalDateTimeInput(), input_formats=[LOCAL_MINUTE, "%Y-%m-%d %H:%M"])
+    return forms.DateTimeField(label=label, widget=LocalDateTimeInput(), input_formats=[LOCAL_MINUTE, "%Y-%m-%d %H:%M"],
+                               validators=[validate_in_window])
 
 
 class WeekForm(forms.Form):
     """``?week=`` (any day of the week) and ``?group=node|model``; anything invalid means this week by node."""
 
-    week = forms.DateField(label=_("Week of"), required=False, widget=forms.DateInput(attrs={"type": "date"}))
+    week = forms.DateField(label=_("Week of"), required=False, widget=forms.DateInput(attrs={"type": "date"}),
+                           validators=[validate_in_window])
     group = forms.ChoiceField(
         label=_("Rows"), required=False,
         choices=[(GROUP_BY_NODE, _("by node")), (GROUP_BY_MODEL, _("by GPU model"))],

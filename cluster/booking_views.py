@@ -34,6 +34,7 @@ from cluster.bookings import (
     local_span,
 )
 from cluster.models import Booking, BookingMode, BookingStatus, GpuHold, GpuModel
+from core.timewindow import in_window
 
 BOOKINGS_PER_PAGE = 50
 SERVICE_FIELDS = {"end": "hours", "id": None}  # a refusal's field → the form field it is shown on
@@ -78,7 +79,7 @@ def _initial_start(raw: str | None, *, now: datetime, grid_minutes: int) -> date
         asked = parse_datetime(raw) if raw else None
     except ValueError:  # well formed but not a date, such as month 13
         asked = None
-    if asked is not None and timezone.is_aware(asked):
+    if asked is not None and timezone.is_aware(asked) and in_window(asked):
         asked = floor_to_grid(asked, grid_minutes)
         if asked >= floor_to_grid(now, grid_minutes):
             return asked

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from django.core.exceptions import NON_FIELD_ERRORS
 from django.core.exceptions import ValidationError as DjangoValidationError
+from django.db import transaction
 from django.utils.translation import gettext_lazy as _
 from drf_spectacular.utils import OpenApiResponse, extend_schema, extend_schema_view
 from rest_framework import permissions, serializers, status, viewsets
@@ -134,12 +135,14 @@ class ServiceWrites(ServiceErrors, viewsets.ModelViewSet):
     def answer(self, obj) -> dict:
         return self.get_serializer(obj).data
 
+    @transaction.atomic  # the write and its answer: nothing saved when the answer fails
     def create(self, request, *args, **kwargs):
         serializer = self.get_serializer(data=request.data)
         serializer.is_valid(raise_exception=True)
         obj = self.save_service(user=request.user, **{**self.create_defaults, **serializer.validated_data})
         return Response(self.answer(obj), status=status.HTTP_201_CREATED)
 
+    @transaction.atomic
     def update(self, request, *args, **kwargs):
         instance = self.get_object()
         serializer = self.get_serializer(instance, data=request.data, partial=kwargs.pop("partial", False))
@@ -151,6 +154,7 @@ class ServiceWrites(ServiceErrors, viewsets.ModelViewSet):
         obj = self.save_service(user=request.user, **values, **{self.instance_argument: instance})
         return Response(self.answer(obj))
 
+    @transaction.atomic
     def destroy(self, request, *args, **kwargs):
         self.delete_service(user=request.user, **{self.instance_argument: self.get_object()})
         return Response(status=status.HTTP_204_NO_CONTENT)

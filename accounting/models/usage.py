@@ -90,8 +90,11 @@ class UsageDirty(models.Model):
     gpu_id = models.BigIntegerField(null=True, blank=True)
     node_id = models.BigIntegerField(null=True, blank=True)
     lo = models.DateTimeField()
-    hi = models.DateTimeField(help_text=_("'infinity' for a range still open (a running job)."))
-    marked_at = models.DateTimeField(auto_now_add=True)
+    hi = models.DateTimeField(null=True, blank=True, help_text=_(
+        "End of the range (exclusive); empty for a range still open (a running job): up to the application's "
+        "now when it is recomputed."))
+    marked_at = models.DateTimeField(auto_now_add=True, help_text=_(
+        "When the mark was written (the database's clock; shown to people, never decides anything)."))
 
     class Meta:
         verbose_name = _("usage to recompute")

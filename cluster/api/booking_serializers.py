@@ -18,7 +18,7 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from accounting.models import Project, Team
-from cluster.api.job_serializers import AwareDateTimeField
+from cluster.api.job_serializers import AwareDateTimeField, WindowedModelSerializer
 from cluster.api.serializers import InventoryNameFields, find_gpu_model
 from cluster.booking_slots import window_problems
 from cluster.bookings import booking_limits
@@ -49,7 +49,7 @@ def gpu_ref(gpu: Gpu) -> dict:
     return {"id": gpu.pk, "name": f"{gpu.node.hostname}/{gpu.index}", "node": gpu.node.hostname}
 
 
-class BookingSerializer(serializers.ModelSerializer):
+class BookingSerializer(WindowedModelSerializer):
     """A booking as the API shows it; ``gpus`` are the GPUs it holds (a cancelled one: the GPUs it held)."""
 
     team = serializers.SlugRelatedField(slug_field="slug", read_only=True)
@@ -277,13 +277,13 @@ class AvailabilityQuerySerializer(serializers.Serializer):
 
 
 class SlotSerializer(serializers.Serializer):
-    start = serializers.DateTimeField()
-    end = serializers.DateTimeField()
+    start = AwareDateTimeField()
+    end = AwareDateTimeField()
 
 
 class AvailabilityRequestedSerializer(serializers.Serializer):
-    start = serializers.DateTimeField()
-    end = serializers.DateTimeField()
+    start = AwareDateTimeField()
+    end = AwareDateTimeField()
     count = serializers.IntegerField()
     model = serializers.CharField(help_text=_("GPU model short name."))
 

@@ -9,9 +9,11 @@ new run takes the defaults), so an epilog may post only what it learnt.
 from __future__ import annotations
 
 import re
+from datetime import datetime
 from decimal import Decimal
 from fractions import Fraction
 
+from django.db import models
 from django.db.models import F, Prefetch
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
@@ -36,6 +38,14 @@ from cluster.models import (
     TeamIdentity,
 )
 from cluster.units import TICKS_PER_GPU_SECOND
+from core.timewindow import (
+    OutsideWindow,
+    check_in_window,
+    check_job_time,
+    in_window,
+    rfc3339_utc,
+    window_message,
+)
 
 MAX_GPU_INDEX = 32767  # Gpu.index is a PositiveSmallIntegerField
 MAX_GPU_INDICES = 256
@@ -56,7 +66,9 @@ def decimal_text(fraction: Fraction) -> str:
 
 
 class AwareDateTimeField(serializers.DateTimeField):
-    """ISO-8601 with a UTC offset; a time without one is refused rather than guessed in some zone."""
+    """ISO-8601 with a UTC offset, in the supported time window (core.timewindow); a time without an
+    offset is refused rather than guessed in some zone. Shown as RFC 3339: in the display zone, or in
+    UTC (``…Z``) for a stored time outside the window, whose local offset would be a local mean time."""
 
     default_error_messages = {
         "naive": _("A time needs a UTC offset: write ISO-8601 such as 2026-11-02T08:00:00+00:00 or …Z."),
@@ -70,7 +82,40 @@ class AwareDateTimeField(serializers.DateTimeField):
                 parsed = None  # DRF reports the format error
             if parsed is not None and timezone.is_naive(parsed):
                 self.fail("naive")
+            if parsed is not None:
+                self.check_window(parsed)  # before DRF moves it into the display zone (which can overflow)
+        elif isinstance(value, datetime) and timezone.is_aware(value):
+            self.check_window(value)
         return super().to_internal_value(value)
+
+    def check_window(self, moment: datetime) -> None:
+        try:
+            check_in_window(moment, field=self.field_name or "time")
+        except OutsideWindow as error:
+            raise serializers.ValidationError(window_message(error)) from None
+
+    def to_representation(self, value):
+        if isinstance(value, datetime) and timezone.is_aware(value) and not in_window(value):
+            return rfc3339_utc(value)
+        return super().to_representation(value)
+
+
+class WindowedModelSerializer(serializers.ModelSerializer):
+    """A model serializer whose date-times are :class:`AwareDateTimeField`: valid RFC 3339 whatever is stored."""
+
+    serializer_field_mapping = {**serializers.ModelSerializer.serializer_field_mapping,
+                                models.DateTimeField: AwareDateTimeField}
+
+
+def job_times_checked(attrs: dict, *, now: datetime) -> dict[str, list[str]]:
+    """Errors of a job's times beyond the window: at most a day after ``now`` (the app's clock)."""
+    errors = {}
+    for name in ("submit_time", "start_time", "end_time"):
+        try:
+            check_job_time(attrs.get(name), field=name, now=now)
+        except OutsideWindow as error:
+            errors[name] = [window_message(error)]
+    return errors
 
 
 @extend_schema_field(
@@ -128,7 +173,7 @@ class GpuIndicesField(serializers.Field):
         return value
 
 
-class AllocationSerializer(serializers.ModelSerializer):
+class AllocationSerializer(WindowedModelSerializer):
     gpu = serializers.SlugRelatedField(
         slug_field="uuid", read_only=True, allow_null=True, help_text=_("The GPU's UUID; null when unplaced.")
     )
@@ -150,7 +195,7 @@ class AllocationSerializer(serializers.ModelSerializer):
         return decimal_text(Fraction(allocation.share, TICKS_PER_GPU_SECOND))
 
 
-class JobSerializer(serializers.ModelSerializer):
+class JobSerializer(WindowedModelSerializer):
     """A job run as the API shows it."""
 
     job_id = serializers.CharField(source="external_id", read_only=True, help_text=_("The scheduler's job id."))
@@ -283,6 +328,8 @@ class JobWriteSerializer(InventoryNameFields, serializers.Serializer):
                 facts["project"] = project
         if "project" in attrs:
             facts["project"] = self._project(attrs["project"], facts["team"], errors)
+        errors.update(job_times_checked({name: attrs[name] for name in ("submit_time", "start_time", "end_time")
+                                         if name in attrs}, now=timezone.now()))
         self._place(attrs, facts, errors)
         if errors:
             raise serializers.ValidationError(errors)

@@ -4,6 +4,7 @@ from django.core.management.base import BaseCommand, CommandError
 
 from accounting.management.commands.usage_report import EXAMPLE, parse_moment
 from accounting.usage import usage_recompute
+from core.timewindow import OutsideWindow, check_in_window, window_message
 
 
 class Command(BaseCommand):
@@ -19,6 +20,11 @@ class Command(BaseCommand):
 
     def handle(self, *args, start: str, end: str, **options):
         start_at, end_at = parse_moment("start", start), parse_moment("end", end)
+        for name, moment in (("start", start_at), ("end", end_at)):
+            try:
+                check_in_window(moment, field=name)
+            except OutsideWindow as error:
+                raise CommandError(f"--{name}: {window_message(error)}") from None
         if end_at <= start_at:
             raise CommandError("--end: must be after --start")
         days = usage_recompute(start=start_at, end=end_at)
