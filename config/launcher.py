@@ -65,12 +65,18 @@ def main(argv: list[str] | None = None) -> int:
         cwd=BASE_DIR, start_new_session=True,
     )
     manage = [sys.executable, str(BASE_DIR / "manage.py")]
-    subprocess.run([*manage, "migrate", "--noinput", "-v", "0"], check=True)
-    subprocess.run([*manage, "collectstatic", "--noinput", "-v", "0"], check=True)
-    _wait_for_file(tokens, fleet)
-    if not args.no_load:
-        history = [] if args.history_days is None else ["--history-days", str(args.history_days)]
-        subprocess.run([*manage, "load_demo", "--agents", str(tokens), *history], check=True)
+    try:
+        subprocess.run([*manage, "migrate", "--noinput", "-v", "0"], check=True)
+        subprocess.run([*manage, "collectstatic", "--noinput", "-v", "0"], check=True)
+        _wait_for_file(tokens, fleet)
+        if not args.no_load:
+            history = [] if args.history_days is None else ["--history-days", str(args.history_days)]
+            subprocess.run([*manage, "load_demo", "--agents", str(tokens), *history], check=True)
+    except BaseException:
+        # The fleet runs in a session of its own: a failed start must not leave it serving (and holding
+        # the ports and our stdout) after we exit.
+        _stop_all({"agents": fleet})
+        raise
 
     children = {
         "web": [

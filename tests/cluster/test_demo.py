@@ -2,16 +2,18 @@
 
 import os
 import re
+import select
 import shutil
 import signal
 import subprocess
 import sys
 import time
 import urllib.request
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from http.cookiejar import CookieJar
 
 import pytest
+import time_machine
 from django.contrib.auth import authenticate
 from django.utils import timezone
 
@@ -24,8 +26,11 @@ from config.embedded import BASE_DIR
 from config.launcher import FLEET_NODES
 from tests.agents.agent_helpers import free_port, free_port_run
 
+NOW = datetime(2026, 11, 4, 4, 0, tzinfo=UTC)  # a Wednesday, noon in Shanghai
+
 
 @pytest.mark.django_db
+@time_machine.travel(NOW, tick=False)  # the demo's bookings are dated by the clock: the same week for both loads
 def test_the_demo_data_has_a_cluster_and_every_role_and_loads_twice_unchanged():
     load_demo(history_days=0)  # the month of history is tests/cluster/test_demo_history.py's
     counts = (Node.objects.count(), Gpu.objects.count(), Team.objects.count(), Membership.objects.count(),
@@ -46,6 +51,7 @@ def test_the_demo_data_has_a_cluster_and_every_role_and_loads_twice_unchanged():
 
 
 @pytest.mark.django_db
+@time_machine.travel(NOW, tick=False)
 def test_the_demo_has_a_week_of_bookings_from_every_team_and_a_maintenance_window():
     load_demo(history_days=0)
     monday = week_start(timezone.now())
@@ -54,6 +60,25 @@ def test_the_demo_has_a_week_of_bookings_from_every_team_and_a_maintenance_windo
     assert set(this_week.values_list("team__slug", flat=True)) == {"llm", "vision", "inference"}
     assert {local.weekday() for local in (timezone.localtime(b.start) for b in this_week)} >= {0, 1, 2, 3, 4, 5}
     assert MaintenanceWindow.objects.filter(start__gte=monday).exists()
+
+
+def read_output(process: subprocess.Popen, *, until: str | None = None, timeout_s: float) -> str:
+    """What ``process`` writes, up to a chunk containing ``until`` (None: up to its exit), its exit or the
+    timeout, whichever comes first. Never a blocking read: a grandchild that outlives the process may
+    hold the pipe open, and a readline() would then wait for ever."""
+    chunks, deadline = [], time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        ready, _, _ = select.select([process.stdout], [], [], 0.5)
+        if ready:
+            chunk = os.read(process.stdout.fileno(), 65536).decode(errors="replace")
+            if not chunk:
+                break  # every writer closed the pipe
+            chunks.append(chunk)
+            if until is not None and until in "".join(chunks[-2:]):
+                break
+        elif process.poll() is not None:
+            break  # it exited and nothing more is coming from it
+    return "".join(chunks)
 
 
 @pytest.mark.celery_worker
@@ -66,20 +91,11 @@ def test_the_launcher_serves_the_pages_with_demo_logins_and_stops_cleanly():
     launcher = subprocess.Popen(
         [sys.executable, "-m", "config.launcher", "--port", str(port), "--agent-port", str(agent_port),
          "--state", state, "--history-days", "2"],
-        cwd=BASE_DIR, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        cwd=BASE_DIR, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, bufsize=0,
         start_new_session=True,
     )
-    output = []
     try:
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
-            line = launcher.stdout.readline()
-            if not line and launcher.poll() is not None:
-                break
-            output.append(line)
-            if "Cardhour is running at" in line:
-                break
-        text = "".join(output)
+        text = read_output(launcher, until="Cardhour is running at", timeout_s=120)
         assert f"http://127.0.0.1:{port}/" in text, text[-3000:]
         assert re.search(r"lead-llm\s+lead of llm", text)
 
@@ -99,11 +115,11 @@ def test_the_launcher_serves_the_pages_with_demo_logins_and_stops_cleanly():
         assert css.status == 200
     finally:
         os.killpg(launcher.pid, signal.SIGINT)
-        try:
-            rest, _ = launcher.communicate(timeout=60)
-        except subprocess.TimeoutExpired:
+        rest = read_output(launcher, timeout_s=60)
+        if launcher.poll() is None:
             os.killpg(launcher.pid, signal.SIGKILL)
-            rest, _ = launcher.communicate()
+            launcher.wait(timeout=10)
+        launcher.stdout.close()
     assert launcher.returncode == 0, rest[-3000:]
     assert "stopping PostgreSQL and Redis" in rest
     state_dir = BASE_DIR / "var" / state
