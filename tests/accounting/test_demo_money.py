@@ -4,6 +4,7 @@ month closed from the generated history, with its totals adding up; loading agai
 from datetime import UTC, date, datetime
 
 import pytest
+import time_machine
 
 from accounting.demo import load_demo_money
 from accounting.models import DailyUnplacedUsage, DailyUsage, LedgerEntry, Quota, RateCard, Statement
@@ -15,6 +16,7 @@ NOW = datetime(2026, 11, 3, 4, 0, tzinfo=UTC)  # noon in Shanghai: October is ov
 pytestmark = pytest.mark.django_db
 
 
+@time_machine.travel(NOW, tick=False)  # load_demo dates the demo's bookings by the clock
 def test_last_month_is_closed_and_this_one_has_quotas(settings):
     settings.CARDHOUR_BUSINESS_TIME_ZONE = "Asia/Shanghai"
     load_demo(history_days=0)

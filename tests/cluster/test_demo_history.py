@@ -4,10 +4,11 @@ starts with the window, every state in the daily aggregates, GPU days that add u
 report that adds up, and a second load that adds nothing."""
 
 from collections import Counter, defaultdict
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 
 import pytest
+import time_machine
 from django.db import connection
 from django.db.models import Count, Max, Sum
 from django.db.models.functions import TruncHour
@@ -30,7 +31,16 @@ from cluster.telemetry_selectors import business_day_bounds, business_today
 
 DAYS = 2
 TICKS_PER_GPU_DAY = 24 * 3600 * 840_000
+NOW = datetime(2026, 11, 3, 4, 0, tzinfo=UTC)  # noon in Shanghai
 pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture(autouse=True)
+def frozen_clock():
+    """The history is dated by the clock (``load_demo`` reads it): one fixed moment for every test, so a
+    second load cannot fall in another minute or day."""
+    with time_machine.travel(NOW, tick=False):
+        yield
 
 
 @pytest.fixture

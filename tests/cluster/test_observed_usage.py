@@ -7,6 +7,7 @@ from datetime import timedelta
 from decimal import Decimal
 
 import pytest
+import time_machine
 from django.conf import settings
 from django.db import connection, transaction
 
@@ -452,9 +453,10 @@ def test_it_is_a_periodic_task():
 # --- The demo -----------------------------------------------------------------------------------------
 
 
+@time_machine.travel(at(3 * 3600), tick=False)  # an hour after the two hours of records below
 def test_it_turns_the_demo_fleets_processes_into_jobs_with_teams():
     assert set(UNIX_USERS) == set(SIM_USERS)
-    load_demo()
+    load_demo(history_days=0)  # the nodes, teams and users; no history (it would be dated by the clock)
     node = Node.objects.get(hostname="gpu-h100-01")
     sim = SimBackend(hostname=node.hostname, model="H100", mig=True)
     start = EPOCH0 - EPOCH0 % 10
