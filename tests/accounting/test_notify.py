@@ -12,6 +12,7 @@ from decimal import Decimal
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
+import time_machine
 from django.core import mail
 from django.db import connection
 from django.urls import reverse
@@ -304,15 +305,13 @@ def test_the_notification_page_lists_marks_read_and_the_badge_counts(client, cas
     assert mine.filter(read_at__isnull=True).count() == 2
 
 
+@time_machine.travel(T0 + timedelta(days=3, hours=9), tick=False)  # the tasks read the clock
 def test_the_periodic_tasks_run_twice_send_nothing_twice(cast, team_a, small_cluster):
-    from django.utils import timezone
-
     from accounting.models import DailyUsage
     from accounting.quota_math import TICKS_PER_CARD_HOUR
-    from accounting.usage import business_day_of
     from cluster.models import Gpu
 
-    today = business_day_of(timezone.now())
+    today = date(2026, 11, 5)
     quota = Quota.objects.create(team=team_a, period_start=today, expires=today + timedelta(days=60),
                                  card_hours=Decimal(10))
     DailyUsage.objects.create(day=today, gpu=Gpu.objects.first(), state="busy", team=team_a,

@@ -4,12 +4,11 @@ warning and release, end reminders and conflict alerts, each rerunnable."""
 from datetime import timedelta
 
 import pytest
+import time_machine
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
-from django.utils import timezone
 
 from cluster import booking_watch
-from cluster.booking_slots import floor_to_grid
 from cluster.bookings import booking_create, booking_set_end
 from cluster.choices import AlertKind, AlertSubject, AlertTier
 from cluster.models import (
@@ -343,8 +342,9 @@ def test_a_job_before_the_booking_or_on_a_free_gpu_is_no_conflict(engineer_a, te
 # The task
 
 
+@time_machine.travel(T0 + timedelta(hours=10, minutes=7), tick=False)  # the task reads the clock
 def test_the_task_runs_the_watch_and_returns_its_summary(engineer_a, team_a, gpus):
-    start = floor_to_grid(timezone.now(), 30) - timedelta(hours=2)
+    start = T0 + timedelta(hours=8)  # an hour's booking, over an hour ago
     booking = book(engineer_a, team_a, gpus, start, start + timedelta(hours=1))
     summary = bookings_tick.apply().get()
     assert summary == {
