@@ -6,6 +6,7 @@ from decimal import Decimal
 from io import StringIO
 
 import pytest
+import time_machine
 from django.core.management import CommandError, call_command
 
 from cluster.job_import import JobImportReport, Lookups, read_jobs_csv
@@ -30,11 +31,15 @@ def at(hour, minute=0):
     return datetime(2026, 11, 2, hour, minute, tzinfo=UTC)
 
 
+IMPORTED_AT = at(12)  # the clock of every import below: the same day, after the files' runs
+
+
 def run(tmp_path, text, *args, name="jobs.csv"):
     path = tmp_path / name
     path.write_text(text)
     out, err = StringIO(), StringIO()
-    call_command("import_jobs", str(path), *args, stdout=out, stderr=err)
+    with time_machine.travel(IMPORTED_AT, tick=False):  # an import accounts what it touched up to now
+        call_command("import_jobs", str(path), *args, stdout=out, stderr=err)
     return out.getvalue(), err.getvalue()
 
 

@@ -12,6 +12,7 @@ from pathlib import Path
 from zoneinfo import ZoneInfo
 
 import pytest
+import time_machine
 from django.core.management import CommandError, call_command
 
 from accounting.models import Team
@@ -29,13 +30,17 @@ def at(hour, minute=0, second=0):
     return datetime(2026, 11, 2, hour, minute, second, tzinfo=UTC)
 
 
+IMPORTED_AT = at(12)  # the clock of every import below: the same day, after the fixture's runs
+
+
 def run(tmp_path, *args, text=None):
     path = FIXTURE
     if text is not None:
         path = tmp_path / "sacct.txt"
         path.write_text(text)
     out, err = StringIO(), StringIO()
-    call_command("import_sacct", str(path), *args, stdout=out, stderr=err)
+    with time_machine.travel(IMPORTED_AT, tick=False):  # an import accounts what it touched up to now
+        call_command("import_sacct", str(path), *args, stdout=out, stderr=err)
     return out.getvalue(), err.getvalue()
 
 
