@@ -3,6 +3,8 @@
 Runs before pytest-django reads the settings: with DATABASE_URL / REDIS_URL unset it starts the embedded
 PostgreSQL and Redis under ``var/test`` (config/embedded.py); with them set (CI: the machine's own
 servers) it uses those. Either way the same variables reach the settings and any worker subprocess.
+``CARDHOUR_TEST_STATE=clock`` uses ``var/test-clock`` instead: the moved-clock run (``.ci/clock``) starts
+its own servers under the moved clock rather than attach to ones a normal run started.
 """
 
 import os
@@ -17,7 +19,8 @@ def pytest_load_initial_conftests(early_config, parser, args):
     os.environ.setdefault("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
     from config.embedded import BASE_DIR, local_environment
 
-    os.environ.update(local_environment("test"))
+    state = os.environ.get("CARDHOUR_TEST_STATE", "")
+    os.environ.update(local_environment(f"test-{state}" if state else "test"))
     # WhiteNoise warns about a missing STATIC_ROOT; tests serve static files from the finders.
     (BASE_DIR / "var" / "staticfiles").mkdir(parents=True, exist_ok=True)
 
