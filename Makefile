@@ -9,8 +9,10 @@ STAMP := $(VENV)/.installed
 PORT ?= 8000
 AGENT_PORT ?= 9400
 PYTEST_ARGS ?=
+# Moments (UTC) of the moved-clock run; `make test-clock FAKETIME_AT="2026-12-31 23:30:00"` runs one.
+FAKETIME_AT ?=
 
-.PHONY: install demo test lint browser-deps messages bench clean
+.PHONY: install demo test test-clock lint browser-deps messages bench clean
 
 install: $(STAMP)
 
@@ -33,6 +35,11 @@ browser-deps:
 test: install browser-deps lint
 	@$(BIN)/python -m pytest $(PYTEST_ARGS); rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "pytest collected no tests: failing"; exit 1; fi; exit $$rc
+
+# `pytest -m clock` under libfaketime (Debian's faketime), with embedded servers started under the moved
+# clock (var/test-clock-*); by default at 2026-12-31 23:30 and 2028-02-29 12:00 UTC. See .ci/clock.
+test-clock: install browser-deps
+	@PYTEST_ARGS="$(PYTEST_ARGS)" .ci/clock $(if $(FAKETIME_AT),"$(FAKETIME_AT)")
 
 # Figures the issues ask for, from one run (BENCH_ARGS="--records 200000 --only collector" for a quick one).
 bench: install
