@@ -43,6 +43,7 @@ CLOCK_MODULES = frozenset({
     "accounting/test_usage_api.py",
     "accounting/test_usage_isolation.py",
     "accounting/test_usage_math.py",
+    "accounting/test_usage_pending.py",
     "accounting/test_usage_report.py",
     "browser/test_bookings.py",
     "browser/test_finance_page.py",
@@ -61,11 +62,13 @@ CLOCK_MODULES = frozenset({
     "cluster/test_import_robustness.py",
     "cluster/test_import_sacct.py",
     "cluster/test_job_kpis.py",
+    "cluster/test_job_admin_api.py",
     "cluster/test_jobs_api.py",
     "cluster/test_jobs_pages.py",
     "cluster/test_jobs_service.py",
     "cluster/test_node_page.py",
     "cluster/test_observed_usage.py",
+    "cluster/test_replay.py",
     "test_time_window.py",
 })
 
