@@ -8,16 +8,16 @@ import csv
 import random
 import tempfile
 import time
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 
 from django.db import connection
+from django.utils import timezone
 
 from accounting.models import Project, Team
 from cluster.job_import import import_jobs_csv
 from cluster.models import Gpu, GpuModel, JobSource, Node
 
-T0 = datetime(2026, 11, 2, tzinfo=UTC)
 NODES, GPUS_PER_NODE, TEAMS = 32, 8, 4
 HEADER = ("job_id", "user", "team", "project", "gpu_count", "gpu_model", "submit_time", "start_time", "end_time",
           "state", "node", "gpu_indices", "priority", "estimated_card_hours")
@@ -37,13 +37,14 @@ def _cluster() -> None:
         Project.objects.get_or_create(team=team, slug="main", defaults={"name": "Main"})
 
 
-def _rows(n: int, *, changed_every: int = 0) -> list[tuple]:
-    """``n`` jobs over a month: half placed on a node's GPUs, half unplaced (a tenth of those fractional);
-    every ``changed_every``-th job, if set, has another priority and (when it ended) ended an hour later."""
+def _rows(n: int, *, month_start: datetime, changed_every: int = 0) -> list[tuple]:
+    """``n`` jobs over the month from ``month_start``: half placed on a node's GPUs, half unplaced (a tenth of
+    those fractional); every ``changed_every``-th job, if set, has another priority and (when it ended)
+    ended an hour later."""
     rng = random.Random(11)
     rows = []
     for i in range(n):
-        submit = T0 + timedelta(seconds=rng.randrange(30 * 86400))
+        submit = month_start + timedelta(seconds=rng.randrange(30 * 86400))
         start = submit + timedelta(seconds=rng.randrange(3600))
         end = start + timedelta(seconds=rng.randrange(60, 86400))
         state = rng.choice(("completed", "completed", "completed", "failed", "cancelled", "running"))
@@ -87,8 +88,10 @@ def bench_import_jobs(n: int = 100_000) -> dict:
     _cluster()
     _clear()
     with tempfile.TemporaryDirectory(prefix="cardhour-bench-") as tmp:
-        first = _write(Path(tmp) / "jobs.csv", _rows(n))
-        changed = _write(Path(tmp) / "jobs-changed.csv", _rows(n, changed_every=10))
+        # The month before today: job times may lie at most a day ahead of the clock (core.timewindow).
+        month_start = (timezone.now() - timedelta(days=32)).replace(hour=0, minute=0, second=0, microsecond=0)
+        first = _write(Path(tmp) / "jobs.csv", _rows(n, month_start=month_start))
+        changed = _write(Path(tmp) / "jobs-changed.csv", _rows(n, month_start=month_start, changed_every=10))
         first_s, first_report = _timed(first)
         again_s, again_report = _timed(first)
         changed_s, changed_report = _timed(changed)

@@ -34,6 +34,14 @@ def at(hour, minute=0):
 IMPORTED_AT = at(12)  # the clock of every import below: the same day, after the files' runs
 
 
+@pytest.fixture(autouse=True)
+def frozen_clock():
+    """Job times are held to a day ahead of the application's clock: every test here, not only the
+    commands, runs at the import's moment, whatever the real date."""
+    with time_machine.travel(IMPORTED_AT, tick=False):
+        yield
+
+
 def run(tmp_path, text, *args, name="jobs.csv"):
     path = tmp_path / name
     path.write_text(text)

@@ -33,6 +33,14 @@ def at(hour, minute=0, second=0):
 IMPORTED_AT = at(12)  # the clock of every import below: the same day, after the fixture's runs
 
 
+@pytest.fixture(autouse=True)
+def frozen_clock():
+    """Job times are held to a day ahead of the application's clock: every test here, not only the
+    commands, runs at the import's moment, whatever the real date."""
+    with time_machine.travel(IMPORTED_AT, tick=False):
+        yield
+
+
 def run(tmp_path, *args, text=None):
     path = FIXTURE
     if text is not None:
@@ -259,6 +267,16 @@ def hook_env(tmp_path):
         'exit "${FAKE_CURL_EXIT:-0}"\n'
     )
     curl.chmod(0o755)
+    # The hooks read "now" with date(1): at FAKE_NOW_EPOCH when a test sets it, so that what they post
+    # agrees with the application's frozen clock (a time given with -d is formatted as it is).
+    date = bin_dir / "date"
+    date.write_text(
+        "#!/bin/bash\n"
+        'for arg in "$@"; do case "$arg" in -d|-d*|--date*) exec /bin/date "$@";; esac; done\n'
+        '[ -n "${FAKE_NOW_EPOCH:-}" ] && exec /bin/date -d "@$FAKE_NOW_EPOCH" "$@"\n'
+        'exec /bin/date "$@"\n'
+    )
+    date.chmod(0o755)
     return {
         "PATH": f"{bin_dir}:/usr/bin:/bin", "FAKE_CURL_ARGS": str(tmp_path / "args"), "FAKE_CURL_BODY": str(tmp_path / "body"),
         "CARDHOUR_URL": "http://cardhour.example:8000", "CARDHOUR_TOKEN": "secret-token",
@@ -352,7 +370,8 @@ def test_it_merges_what_the_hooks_posted_with_the_sacct_row(tmp_path, cast, hook
 
     _token, raw = ApiToken.issue(user=django_user_model.objects.create_user("svc"), name="slurm", kind=ApiTokenKind.SERVICE)
     api.credentials(HTTP_AUTHORIZATION=f"Bearer {raw}")
-    env = {**hook_env, "SLURM_JOB_ID": "1001", "SLURM_JOB_ACCOUNT": "alpha", "SLURM_JOB_NAME": "train-7b"}
+    env = {**hook_env, "SLURM_JOB_ID": "1001", "SLURM_JOB_ACCOUNT": "alpha", "SLURM_JOB_NAME": "train-7b",
+           "FAKE_NOW_EPOCH": str(int(IMPORTED_AT.timestamp()))}  # the epilog's end: the app's "now"
     for script, status in (("prolog.sh", 201), ("epilog.sh", 200)):
         _result, body = hook(script, env)
         response = api.post("/api/v1/jobs/", body, format="json")

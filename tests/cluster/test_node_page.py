@@ -3,6 +3,7 @@
 from datetime import UTC, date, datetime, timedelta
 
 import pytest
+import time_machine
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
@@ -24,6 +25,13 @@ pytestmark = pytest.mark.django_db
 DAY = "2026-11-02"  # T0's date
 MINUTE = timedelta(minutes=1)
 PAGE_QUERIES = 12  # session, user, nav (groups, memberships), unread notifications, node + GPUs + MIG, series, health (3)
+
+
+@pytest.fixture(autouse=True)
+def frozen_clock():
+    """The page draws a day only up to now: T0's day is in the past here, whatever the real date."""
+    with time_machine.travel(T0 + timedelta(days=30), tick=False):
+        yield
 
 
 def node_url(hostname="h200-a", **query):
