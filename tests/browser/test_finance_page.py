@@ -10,13 +10,13 @@ from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal
 
 import pytest
-from django.utils import timezone
 from openpyxl import load_workbook
 from playwright.sync_api import expect
 
 from accounting.models import RateCard, Statement
 from accounting.statements import TOTAL_KIND, statement_totals
 from cluster.models import Allocation, CollectionState, Gpu, GpuModel, Job, MinuteRollup, Node
+from tests.browser.conftest import NOW
 
 OCTOBER = date(2026, 10, 1)
 GPU = 840_000
@@ -46,7 +46,7 @@ def october(team_a, team_b, settings):
                             currency=settings.CARDHOUR_CURRENCY)
     busy(team_a, gpu, datetime(2026, 10, 5, 10, tzinfo=UTC), 2, "a-train")
     busy(team_b, gpu, datetime(2026, 10, 20, 9, tzinfo=UTC), 1, "b-eval")
-    CollectionState.objects.create(node=node, data_complete_to=timezone.now())
+    CollectionState.objects.create(node=node, data_complete_to=NOW)
 
 
 def totals_rows(rows) -> dict[str, Decimal]:

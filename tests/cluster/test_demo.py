@@ -54,7 +54,7 @@ def test_the_demo_data_has_a_cluster_and_every_role_and_loads_twice_unchanged():
 @time_machine.travel(NOW, tick=False)
 def test_the_demo_has_a_week_of_bookings_from_every_team_and_a_maintenance_window():
     load_demo(history_days=0)
-    monday = week_start(timezone.now())
+    monday = week_start(NOW)
     this_week = Booking.objects.filter(start__lt=monday + timedelta(days=7), end__gt=monday)
     assert this_week.count() >= 8
     assert set(this_week.values_list("team__slug", flat=True)) == {"llm", "vision", "inference"}

@@ -12,7 +12,6 @@ import time_machine
 from django.db import connection
 from django.db.models import Count, Max, Sum
 from django.db.models.functions import TruncHour
-from django.utils import timezone
 
 from accounting.models import DailyUnplacedUsage, DailyUsage
 from accounting.usage_math import STATES
@@ -51,8 +50,7 @@ def shanghai(settings):
 @pytest.fixture
 def history(shanghai):
     load_demo(history_days=0)
-    now = timezone.now()
-    return now, load_demo_history(days=DAYS, now=now)
+    return NOW, load_demo_history(days=DAYS, now=NOW)
 
 
 def minutes(lo, hi) -> int:
