@@ -227,7 +227,8 @@ _PENDING_SQL = f"""
         WHERE bucket < %(end)s
           AND bucket + CASE WHEN level = 'hour' THEN interval '1 hour' ELSE interval '1 minute' END > %(start)s
     ), marks AS (
-        SELECT lo FROM {UsageDirty._meta.db_table} WHERE lo < %(end)s AND hi > %(start)s
+        -- an open range (a running job) has no end yet: it reaches every window after its start
+        SELECT lo FROM {UsageDirty._meta.db_table} WHERE lo < %(end)s AND (hi IS NULL OR hi > %(start)s)
     )
     SELECT (SELECT count(*) FROM rollups) + (SELECT count(*) FROM marks),
            least((SELECT min(bucket) FROM rollups), (SELECT min(lo) FROM marks))

@@ -53,6 +53,13 @@ def test_the_selector_counts_the_work_that_overlaps_the_window(pending):
     assert pending_counts() == {"minute_buckets": 2, "hour_buckets": 1, "usage_marks": 2}
 
 
+def test_an_open_usage_mark_is_pending_in_every_window_after_its_start(pending):
+    """A running job's mark has no end (the triggers leave it to the application's clock)."""
+    UsageDirty.objects.create(gpu_id=pending.pk, lo=T + timedelta(hours=3), hi=None)
+    start, end = datetime(2026, 11, 2, 12, tzinfo=UTC), datetime(2026, 11, 10, tzinfo=UTC)
+    assert pending_buckets(start=start, end=end) == (2, start)  # the open mark and the mark of 4 November
+
+
 def test_the_api_gives_pending_work_in_json_and_on_downloads(api, finance_user, pending):
     client = api.as_user(finance_user)
     body = client.get(URL, WINDOW).json()
