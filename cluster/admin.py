@@ -1,8 +1,10 @@
 from django import forms
 from django.contrib import admin, messages
 from django.db import models
+from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
+from cluster.jobs import job_allocations_follow, job_time_errors
 from cluster.models import (
     Alert,
     Allocation,
@@ -15,6 +17,7 @@ from cluster.models import (
     TeamIdentity,
 )
 from cluster.services import agent_config_line, node_status_set, node_token_rotate
+from core.timewindow import window_message
 
 
 class GpuModelAliasForm(forms.ModelForm):
@@ -143,16 +146,9 @@ class JobAdmin(admin.ModelAdmin):
 
     class JobAdminForm(forms.ModelForm):  # the admin's form factory adds the model and its fields
         def clean(self):
-            from django.utils import timezone
-
-            from core.timewindow import OutsideWindow, check_job_time, window_message
-
             cleaned = super().clean()
-            for name in ("submit_time", "start_time", "end_time"):
-                try:
-                    check_job_time(cleaned.get(name), field=name, now=timezone.now())
-                except OutsideWindow as error:
-                    self.add_error(name, window_message(error))
+            for name, error in job_time_errors(cleaned, now=timezone.now()).items():
+                self.add_error(name, window_message(error))
             start, end = cleaned.get("start_time"), cleaned.get("end_time")
             if start and end and end < start and "end_time" not in self.errors:
                 self.add_error("end_time", _("is before start_time."))
@@ -167,8 +163,6 @@ class JobAdmin(admin.ModelAdmin):
     inlines = [AllocationInline]
 
     def save_related(self, request, form, formsets, change):
-        from cluster.jobs import job_allocations_follow
-
         super().save_related(request, form, formsets, change)
         job_allocations_follow(form.instance)  # after the inline, so the job's times win
 

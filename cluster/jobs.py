@@ -6,6 +6,7 @@ change nothing, newer facts (an end time, a state) update the row and its alloca
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from decimal import Decimal
@@ -15,7 +16,7 @@ from django.db import IntegrityError, transaction
 
 from cluster.models import Allocation, AllocationOrigin, Gpu, GpuModel, Job, JobState
 from cluster.units import TICKS_PER_GPU_SECOND
-from core.timewindow import WINDOW_TEXT, in_window
+from core.timewindow import WINDOW_TEXT, OutsideWindow, check_job_time, in_window
 
 JOB_FIELDS = (
     "name", "user", "team", "project", "account", "partition", "priority", "gpu_count", "gpu_model",
@@ -24,6 +25,20 @@ JOB_FIELDS = (
 
 
 JOB_STATES = tuple(JobState.values)  # built once: problems() runs for every row of a 100k-row import
+JOB_TIME_FIELDS = ("submit_time", "start_time", "end_time")
+
+
+def job_time_errors(times: Mapping[str, datetime | None], *, now: datetime) -> dict[str, OutsideWindow]:
+    """The job times among ``times`` (keyed by :data:`JOB_TIME_FIELDS`) that break the rule: in the supported
+    window and at most a day after ``now``, the application's clock (core.timewindow). The API and the
+    admin site show these; imports check the same rule cell by cell as they parse."""
+    errors = {}
+    for name in JOB_TIME_FIELDS:
+        try:
+            check_job_time(times.get(name), field=name, now=now)
+        except OutsideWindow as error:
+            errors[name] = error
+    return errors
 
 
 class Outcome(StrEnum):
@@ -73,7 +88,7 @@ class JobInput:
             problems["team"] = "is required"
         if self.project is not None and self.team is not None and self.project.team_id != self.team.pk:
             problems["project"] = "belongs to another team"
-        for name in ("submit_time", "start_time", "end_time"):
+        for name in JOB_TIME_FIELDS:
             moment = getattr(self, name)
             if moment is not None and not in_window(moment):
                 problems[name] = f"is outside the supported window {WINDOW_TEXT}"

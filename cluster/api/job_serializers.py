@@ -25,7 +25,7 @@ from accounting.models import Project, Team
 from cluster.api.serializers import InventoryNameFields
 from cluster.choices import GpuStatus
 from cluster.job_selectors import is_service_token, teams_writable_by
-from cluster.jobs import JOB_FIELDS, JobInput, scheduler_team
+from cluster.jobs import JOB_FIELDS, JobInput, job_time_errors, scheduler_team
 from cluster.models import (
     Allocation,
     AllocationOrigin,
@@ -41,7 +41,6 @@ from cluster.units import TICKS_PER_GPU_SECOND
 from core.timewindow import (
     OutsideWindow,
     check_in_window,
-    check_job_time,
     in_window,
     rfc3339_utc,
     window_message,
@@ -105,17 +104,6 @@ class WindowedModelSerializer(serializers.ModelSerializer):
 
     serializer_field_mapping = {**serializers.ModelSerializer.serializer_field_mapping,
                                 models.DateTimeField: AwareDateTimeField}
-
-
-def job_times_checked(attrs: dict, *, now: datetime) -> dict[str, list[str]]:
-    """Errors of a job's times beyond the window: at most a day after ``now`` (the app's clock)."""
-    errors = {}
-    for name in ("submit_time", "start_time", "end_time"):
-        try:
-            check_job_time(attrs.get(name), field=name, now=now)
-        except OutsideWindow as error:
-            errors[name] = [window_message(error)]
-    return errors
 
 
 @extend_schema_field(
@@ -328,8 +316,8 @@ class JobWriteSerializer(InventoryNameFields, serializers.Serializer):
                 facts["project"] = project
         if "project" in attrs:
             facts["project"] = self._project(attrs["project"], facts["team"], errors)
-        errors.update(job_times_checked({name: attrs[name] for name in ("submit_time", "start_time", "end_time")
-                                         if name in attrs}, now=timezone.now()))
+        errors.update({name: [window_message(error)]
+                       for name, error in job_time_errors(attrs, now=timezone.now()).items()})
         self._place(attrs, facts, errors)
         if errors:
             raise serializers.ValidationError(errors)
