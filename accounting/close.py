@@ -71,17 +71,10 @@ def parse_period(text: str) -> date:
         first = date(year, month, 1)
     except (ValueError, TypeError):
         raise ValueError(_("A period is a month written YYYY-MM, e.g. 2026-11, not %(text)r.") % {"text": text}) from None
-    check_period(first)
-    return first
-
-
-def check_period(first: date) -> date:
-    """``first`` (a month's first day) if the month lies in the supported window, else a ValueError naming it."""
     try:
-        check_date_in_window(first, field="period")
+        return check_date_in_window(first, field="period")
     except OutsideWindow as error:
         raise ValueError(window_message(error)) from None
-    return first
 
 
 def current_policy() -> Policy:

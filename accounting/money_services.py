@@ -206,8 +206,7 @@ def quota_save(*, user, team, gpu_model, period_start: date, expires: date, card
     for field, value in (("period_start", period_start), ("expires", expires)):
         if value is None:
             problems[field] = _("is required.")
-    for field, value in (("period_start", period_start), ("expires", expires)):
-        if field not in problems:
+        else:
             _check_window(problems, field, value)
     if "period_start" not in problems and "expires" not in problems and expires <= period_start:
         problems["expires"] = _("must be after the start (period_start).")
