@@ -3,7 +3,7 @@
 with no worker running (README, "Replaying history").
 
 1. the minute rollups of the dirty minute buckets, then the hour rollups they mark
-   (``cluster.rollups.process_dirty``, batch after batch, as ``rollup_pending`` does);
+   (``cluster.rollups.rollup_pending``, one level after the other, for the progress bars);
 2. the daily aggregates (``accounting.usage.usage_process``): it recomputes every day that the
    database triggers marked, however old (the new minute rollups mark their GPU-minutes, new or
    changed allocations their ranges, new node status periods their nodes), and the open days.
@@ -27,7 +27,7 @@ from tqdm import tqdm
 from accounting.models import UsageDirty
 from accounting.usage import usage_process
 from cluster.models import DirtyBucket, RollupLevel
-from cluster.rollups import DEFAULT_BATCH, process_dirty
+from cluster.rollups import DEFAULT_BATCH, rollup_pending
 
 
 @dataclass(frozen=True)
@@ -51,16 +51,11 @@ def replay_finish(*, now: datetime | None = None, progress: TextIO | None = None
     ``progress``: a terminal stream to draw tqdm progress bars on (None: no bars)."""
     now = now or timezone.now()
     rolled = {}
-    for level in (RollupLevel.MINUTE.value, RollupLevel.HOUR.value):
+    for level in (RollupLevel.MINUTE.value, RollupLevel.HOUR.value):  # hours counted once the minutes marked them
         total = DirtyBucket.objects.filter(level=level).count()
         with _bar(f"{level} rollups", total, "bucket", progress) as bar:
-            rolled[level] = 0
-            while True:
-                claimed = process_dirty(level=level, limit=batch)
-                rolled[level] += claimed
-                bar.update(claimed)
-                if claimed < batch:  # nothing left, or another worker holds the rest
-                    break
+            done = rollup_pending(batch=batch, max_batches=10**9, levels=[level], on_batch=bar.update)
+        rolled[level] = done[f"{level}_buckets"]
     marks = UsageDirty.objects.count()
     with _bar("daily aggregates", marks, "mark", progress) as bar:
         done = usage_process(now=now)

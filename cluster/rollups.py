@@ -44,6 +44,7 @@ deadlock. Hours work the same way, with the minute workers as their writers.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
 
 from django.conf import settings
@@ -316,15 +317,20 @@ def process_dirty(*, level: str = RollupLevel.MINUTE.value, limit: int | None = 
     return claimed
 
 
-def rollup_pending(*, batch: int = DEFAULT_BATCH, max_batches: int = 1000) -> dict:
-    """Process dirty minutes, then the hours they marked, batch after batch until a batch comes back
-    short (nothing left, or another worker holds the rest) or ``max_batches`` have run."""
+def rollup_pending(*, batch: int = DEFAULT_BATCH, max_batches: int = 1000,
+                   levels: Sequence[str] = (RollupLevel.MINUTE.value, RollupLevel.HOUR.value),
+                   on_batch: Callable[[int], object] | None = None) -> dict:
+    """Process dirty minutes, then the hours they marked (or only ``levels``), batch after batch until a
+    batch comes back short (nothing left, or another worker holds the rest) or ``max_batches`` have run.
+    ``on_batch(claimed)`` follows each batch (an import's progress bar)."""
     result = {"minute_buckets": 0, "hour_buckets": 0, "batches": 0}
-    for level in (RollupLevel.MINUTE.value, RollupLevel.HOUR.value):
+    for level in levels:
         while result["batches"] < max_batches:
             claimed = process_dirty(level=level, limit=batch)
             result[f"{level}_buckets"] += claimed
             result["batches"] += 1
+            if on_batch is not None:
+                on_batch(claimed)
             if claimed < batch:
                 break
     return result
