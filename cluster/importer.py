@@ -13,7 +13,7 @@ sample) cannot create anything either. The rules on the ``gpu`` column:
   the GPUs its agent registered: an index it lacks is a rejected row.
 - ``GPU-…`` is an NVML UUID: that GPU (it must be on the row's node), or a new one on the node.
 - ``gpu_model`` (optional) names the model of a GPU the import creates, resolved by
-  :func:`cluster.inventory_sync.gpu_model_resolve` (NVML name, short name, alias; else created).
+  :class:`cluster.inventory_sync.GpuModelNames` (NVML name, short name, alias; else created).
 """
 
 from __future__ import annotations

@@ -42,50 +42,61 @@ def spaced_name(name: str) -> str:
     return " ".join(name.lower().replace("_", " ").replace("-", " ").split())
 
 
-def gpu_model_match(name: str) -> GpuModel | None:
-    """The GPU model a file's name means, without regard to case: the model with that NVML name (also
-    written with ``_`` or ``-`` for spaces), else with that short name, else with that alias
-    (GpuModelAlias, e.g. a Slurm GRES type). An alias never shadows a model's own names."""
-    key = name.strip().lower()
-    models = list(GpuModel.objects.all())  # a catalogue of a few dozen
-    for matches in (lambda m: m.name.lower() == key, lambda m: spaced_name(m.name) == spaced_name(key),
-                    lambda m: m.short_name.lower() == key):
-        found = [m for m in models if matches(m)]
-        if found:
-            return found[0]
-    alias = GpuModelAlias.objects.filter(alias=key).select_related("model").first()
-    return alias.model if alias else None
-
-
-def gpu_model_resolve(name: str) -> tuple[GpuModel, bool]:
-    """(the GPU model ``name`` means, whether it was created): :func:`gpu_model_match`, else a new model
-    with that NVML name, memory 0 (unknown), through :func:`gpu_model_for`. Imports use this, so an
-    unknown name (a GRES type nobody mapped yet) never rejects a row; it is reported instead."""
+def check_gpu_model_name(name: str) -> str:
+    """``name`` stripped, if it can name a new GPU model; else a ValueError saying why."""
     name = name.strip()
     if not name or len(name) > GPU_MODEL_NAME_MAX or not name.isprintable():
         raise ValueError(f"{name[:40]!r} is not a GPU model name (1 to {GPU_MODEL_NAME_MAX} printable characters)")
-    model = gpu_model_match(name)
-    if model is not None:
-        return model, False
-    return gpu_model_for(name, None), True
+    return name
 
 
-class GpuModelNames:
-    """Names resolved once per import (a 100,000-row file names a handful); ``created`` lists the
-    models made on the way, by NVML name."""
+class GpuModelCatalogue:
+    """The GPU models by every name a file may use for them, loaded once (two queries): without regard to
+    case, a model's NVML name (also written with ``_`` or ``-`` for spaces), its short name, then its
+    aliases (GpuModelAlias, e.g. a Slurm GRES type). An alias never shadows a model's own names."""
 
     def __init__(self) -> None:
         self._by_key: dict[str, GpuModel] = {}
+        models = list(GpuModel.objects.all())  # a catalogue of a few dozen
+        for key_of in (lambda m: m.name.lower(), lambda m: spaced_name(m.name), lambda m: m.short_name.lower()):
+            for model in models:
+                self._by_key.setdefault(key_of(model), model)
+        for alias in GpuModelAlias.objects.select_related("model"):
+            self._by_key.setdefault(alias.alias, alias.model)
+
+    def match(self, name: str) -> GpuModel | None:
+        key = name.strip().lower()
+        return self._by_key.get(key) or self._by_key.get(spaced_name(key))
+
+    def add(self, name: str, model: GpuModel) -> None:
+        """Answer ``name`` with ``model`` from now on (a model made, or to be made, on the way)."""
+        self._by_key[name.strip().lower()] = model
+
+
+class GpuModelNames:
+    """Names resolved for one import (a 100,000-row file names a handful): a known one by the
+    :class:`GpuModelCatalogue`, an unknown one made a new model (memory 0, unknown) through
+    :func:`gpu_model_for`, so it never rejects a row; ``created`` lists those, by NVML name."""
+
+    def __init__(self) -> None:
+        self._catalogue: GpuModelCatalogue | None = None  # loaded at the first name
         self.created: list[str] = []
 
     def resolve(self, name: str) -> GpuModel:
-        key = name.strip().lower()
-        if key not in self._by_key:
-            model, created = gpu_model_resolve(name)
-            self._by_key[key] = model
-            if created:
-                self.created.append(model.name)
-        return self._by_key[key]
+        if self._catalogue is None:
+            self._catalogue = GpuModelCatalogue()
+        model = self._catalogue.match(name)
+        if model is None:
+            model = gpu_model_for(check_gpu_model_name(name), None)
+            self._catalogue.add(name, model)
+            self.created.append(model.name)
+        return model
+
+
+def gpu_model_resolve(name: str) -> tuple[GpuModel, bool]:
+    """(the GPU model ``name`` means, whether it was created now): :class:`GpuModelNames` for one name."""
+    names = GpuModelNames()
+    return names.resolve(name), bool(names.created)
 
 
 def _short_name(name: str) -> str:

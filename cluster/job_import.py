@@ -10,7 +10,7 @@ Choices of the generic CSV, beyond DESIGN.md §3:
   ``create_teams`` (``--create-teams``) a slug that names no team or project creates it (name = slug,
   cost centre from the slug), reported in the summary.
 - ``gpu_model`` is a GPU model's NVML name, short name or alias, any case
-  (:func:`cluster.inventory_sync.gpu_model_match`); a name that matches none creates a model of that
+  (:class:`cluster.inventory_sync.GpuModelCatalogue`); a name that matches none creates a model of that
   name (memory unknown), reported, never a rejected row. Empty with placed GPUs of one model: that model.
 - ``gpu_indices`` lists NVML indices on ``node`` (``0,1``, ``0;1``, ``0 1``, ``0-3``, each at most
   ``GPU_INDEX_MAX``); one whole GPU each, so their number must equal ``gpu_count``; a fractional
@@ -45,10 +45,10 @@ from accounting.models import Project, Team
 from cluster.choices import GpuStatus
 from cluster.import_lines import ImportLines
 from cluster.importer import GPU_INDEX_MAX, ImportRefused, listed
-from cluster.inventory_sync import GpuModelNames, spaced_name
+from cluster.inventory_sync import GpuModelCatalogue, GpuModelNames, check_gpu_model_name
 from cluster.job_write import jobs_write
 from cluster.jobs import JobInput
-from cluster.models import Gpu, GpuModel, GpuModelAlias, Job, JobSource, JobState, Node, TeamIdentity
+from cluster.models import Gpu, GpuModel, Job, JobSource, JobState, Node, TeamIdentity
 from core.timewindow import check_job_time
 
 __all__ = ["ImportRefused", "JobImportReport", "Lookups", "import_jobs_csv", "read_jobs_csv", "write_checked"]
@@ -134,15 +134,7 @@ class Lookups:
         self.create_teams = create_teams
         self.teams = {team.slug: team for team in Team.objects.all()}
         self.projects = {(p.team.slug, p.slug): p for p in Project.objects.select_related("team")}
-        self.models: dict[str, GpuModel] = {}
-        for model in GpuModel.objects.all():
-            self.models[model.name.lower()] = model
-        for model in self.models.copy().values():
-            self.models.setdefault(spaced_name(model.name), model)
-        for model in self.models.copy().values():
-            self.models.setdefault(model.short_name.lower(), model)
-        for alias in GpuModelAlias.objects.select_related("model"):
-            self.models.setdefault(alias.alias, alias.model)
+        self.models = GpuModelCatalogue()
         self.model_names = GpuModelNames()
         self.identities: list[tuple[str, str, Team]] = []  # (kind, name, team) to record for saved teams
         self._node_gpus: dict[str, dict[int, Gpu] | None] = {}
@@ -150,13 +142,11 @@ class Lookups:
     def model(self, text: str) -> GpuModel:
         """A GPU model by NVML name, short name or alias, any case (``_`` and ``-`` read as spaces for NVML
         names); an unknown name gives an unsaved model of that name, created by :meth:`save_new`."""
-        key = text.strip().lower()
-        found = self.models.get(key) or self.models.get(spaced_name(key))
+        found = self.models.match(text)
         if found is None:
-            name = text.strip()
-            if len(name) > GpuModel._meta.get_field("name").max_length or not name.isprintable():
-                raise ValueError(f"{name[:40]!r} is not a GPU model name (at most 100 printable characters)")
-            found = self.models[key] = GpuModel(name=name, short_name=name[:32], memory_mib=0)
+            name = check_gpu_model_name(text)
+            found = GpuModel(name=name, short_name=name[:32], memory_mib=0)
+            self.models.add(name, found)
         return found
 
     def team(self, slug: str, *, column: str = "team") -> Team:

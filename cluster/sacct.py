@@ -12,7 +12,7 @@ How rows become runs (source ``slurm``, so a run the prolog hook reported throug
   heterogeneous components (``123+0``); a requeued job's runs differ by their start time.
 - GPUs are counted once from AllocTRES: ``gres/gpu=N``, else the sum of typed ``gres/gpu:TYPE=N``
   (``gres/gpumem`` and ``gres/gpuutil`` are not GPUs). A single TYPE names the model (a GpuModel's
-  NVML name, ``_`` for spaces, short name or alias, any case: ``cluster.inventory_sync.gpu_model_match``;
+  NVML name, ``_`` for spaces, short name or alias, any case: ``cluster.inventory_sync.GpuModelCatalogue``;
   a type that names none creates a model of that name, reported); no type: the model of the nodes in
   NodeList when they have one. A job that never started counts the GPUs it asked for (ReqTRES).
 - ``Unknown``/``None``/empty times: never started (Start), still running (End; a finished run
