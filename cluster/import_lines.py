@@ -18,8 +18,9 @@ Lines are numbered from 1, as they are in an editor; a quoted CSV cell may span 
 from __future__ import annotations
 
 import codecs
+import csv
 import io
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 MAX_LINE_BYTES = 1 << 20  # 1 MiB: no real row is near it; a 50 MB "field" is garbage, not data
@@ -116,3 +117,42 @@ class ImportLines:
     def replacements(self, first: int, last: int) -> list[str]:
         """Warnings for the row on lines ``first``…``last`` whose bytes were replaced."""
         return [self.replaced[n] for n in range(first, last + 1) if n in self.replaced]
+
+
+def csv_rows(path: Path, *, required: Sequence[str], report, error_prefix: str) -> Iterator[tuple[int, dict[str, str]]]:
+    """The rows of a CSV import file with a header, as (first line, cells by column name; the first of
+    two columns of one name wins). A header without a ``required`` column refuses the file. Bad lines
+    (:class:`ImportLines`) and rows csv cannot read go to ``report.rejected`` (the latter as
+    ``"{error_prefix}: …"``), blank rows are skipped, and ``report.rows_read``, ``report.warnings``
+    (replaced bytes) and ``report.encoding`` are kept up to date."""
+    lines = ImportLines(path)
+    reader = csv.reader(lines)
+    header = [name.strip() for name in next(reader, [])]
+    report.encoding = lines.encoding
+    missing = [name for name in required if name not in header]
+    if missing:
+        raise ImportRefused(
+            f"the header lacks the required column(s) {', '.join(missing)} (needs {', '.join(required)})"
+        )
+    where: dict[str, int] = {}
+    for index, name in enumerate(header):
+        where.setdefault(name, index)
+    while True:
+        line = reader.line_num + 1  # a quoted cell may span lines: a row is named by its first
+        try:
+            row = next(reader)
+        except StopIteration:
+            return
+        except csv.Error as error:
+            report.rows_read += 1
+            report.rejected.append((line, f"{error_prefix}: {error}"))
+            continue
+        problem = lines.problem(line, reader.line_num)
+        if problem is None and not any(cell.strip() for cell in row):
+            continue
+        report.rows_read += 1
+        if problem is not None:
+            report.rejected.append((line, problem))
+            continue
+        report.warnings.extend((line, text) for text in lines.replacements(line, reader.line_num))
+        yield line, {name: row[i] if i < len(row) else "" for name, i in where.items()}

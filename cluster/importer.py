@@ -18,7 +18,6 @@ sample) cannot create anything either. The rules on the ``gpu`` column:
 
 from __future__ import annotations
 
-import csv
 import json
 import math
 from collections import defaultdict
@@ -31,7 +30,7 @@ from django.utils import timezone
 
 from agents.backends.replay import median_gap_interval, parse_time, replay_gpu_uuid
 from cluster.choices import GpuStatus
-from cluster.import_lines import ImportLines, ImportRefused
+from cluster.import_lines import ImportRefused, csv_rows
 from cluster.ingest import FLOAT_FIELDS, INT_FIELDS, ingest_json_lines
 from cluster.inventory_sync import GpuModelNames
 from cluster.models import CollectionState, Gpu, Node
@@ -137,37 +136,11 @@ class _Row:
 
 
 def _read_rows(path: Path, report: ImportReport):
-    source = ImportLines(path)
-    reader = csv.reader(source)
-    header = [name.strip() for name in next(reader, [])]
-    report.encoding = source.encoding
-    missing = [c for c in REQUIRED_COLUMNS if c not in header]
-    if missing:
-        raise ImportRefused(f"the header lacks the required column(s) {', '.join(missing)} (needs {', '.join(REQUIRED_COLUMNS)})")
-    while True:
-        first = reader.line_num + 1
+    for line, raw in csv_rows(path, required=REQUIRED_COLUMNS, report=report, error_prefix="parse"):
         try:
-            cells = next(reader)
-        except StopIteration:
-            return
-        except csv.Error as error:
-            report.rows_read += 1
-            report.rejected.append((first, f"parse: {error}"))
-            continue
-        last = reader.line_num
-        problem = source.problem(first, last)
-        if problem is None and not any(cell.strip() for cell in cells):
-            continue
-        report.rows_read += 1
-        if problem is not None:
-            report.rejected.append((first, problem))
-            continue
-        report.warnings.extend((first, text) for text in source.replacements(first, last))
-        raw = {name: cells[i] if i < len(cells) else "" for i, name in enumerate(header)}
-        try:
-            yield _parse(first, raw)
+            yield _parse(line, raw)
         except ValueError as error:
-            report.rejected.append((first, str(error)))
+            report.rejected.append((line, str(error)))
 
 
 def _parse(line: int, raw: dict) -> _Row:

@@ -29,7 +29,6 @@ Choices of the generic CSV, beyond DESIGN.md §3:
 
 from __future__ import annotations
 
-import csv
 import re
 from collections import Counter
 from collections.abc import Iterable, Iterator
@@ -43,7 +42,7 @@ from django.utils import timezone
 
 from accounting.models import Project, Team
 from cluster.choices import GpuStatus
-from cluster.import_lines import ImportLines
+from cluster.import_lines import csv_rows
 from cluster.importer import GPU_INDEX_MAX, ImportRefused, listed
 from cluster.inventory_sync import GpuModelCatalogue, GpuModelNames, check_gpu_model_name
 from cluster.job_write import jobs_write
@@ -307,35 +306,8 @@ def read_jobs_csv(path: Path, *, source: str, lookups: Lookups, report: JobImpor
     """The file's jobs, line by line; bad rows go to ``report.rejected`` with their reason; a row whose
     bytes were replaced (not UTF-8) is noted in ``report.warnings``, kept if it still reads."""
     now = now or timezone.now()
-    lines = ImportLines(path)
-    reader = csv.reader(lines)
-    header = [name.strip() for name in next(reader, [])]
-    report.encoding = lines.encoding
-    missing = [name for name in CSV_REQUIRED if name not in header]
-    if missing:
-        raise ImportRefused(
-            f"the header lacks the required column(s) {', '.join(missing)} (needs {', '.join(CSV_REQUIRED)})"
-        )
-    where = {name: header.index(name) for name in (*CSV_REQUIRED, *CSV_OPTIONAL) if name in header}
-    while True:
-        line = reader.line_num + 1  # a quoted cell may span lines: a row is named by its first
-        try:
-            row = next(reader)
-        except StopIteration:
-            return
-        except csv.Error as error:
-            report.rows_read += 1
-            report.rejected.append((line, f"csv: {error}"))
-            continue
-        problem = lines.problem(line, reader.line_num)
-        if problem is None and not any(cell.strip() for cell in row):
-            continue
-        report.rows_read += 1
-        if problem is not None:
-            report.rejected.append((line, problem))
-            continue
-        report.warnings.extend((line, text) for text in lines.replacements(line, reader.line_num))
-        cells = {name: row[i].strip() if i < len(row) else "" for name, i in where.items()}
+    for line, raw in csv_rows(path, required=CSV_REQUIRED, report=report, error_prefix="csv"):
+        cells = {name: raw[name].strip() for name in (*CSV_REQUIRED, *CSV_OPTIONAL) if name in raw}
         try:
             yield line, _csv_job(cells, source=source, lookups=lookups, now=now)
         except ValueError as error:
