@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from datetime import UTC, date, datetime, timedelta
 
+from django.core.exceptions import ValidationError
 from django.utils.translation import gettext as _
 
 WINDOW_START = datetime(2000, 1, 1, tzinfo=UTC)
@@ -113,8 +114,6 @@ def window_message(error: OutsideWindow) -> str:
 
 def validate_in_window(value) -> None:
     """A form or model field validator: a date or aware date-time in the window, else a ValidationError."""
-    from django.core.exceptions import ValidationError
-
     try:
         if isinstance(value, datetime):
             check_in_window(value if value.tzinfo else value.replace(tzinfo=UTC), field="time")
