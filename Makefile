@@ -43,7 +43,7 @@ test-clock: install browser-deps
 
 # Figures the issues ask for, from one run (BENCH_ARGS="--records 200000 --only collector" for a quick one).
 bench: install
-	$(BIN)/python -m config.bench $(BENCH_ARGS)
+	$(BIN)/python -m bench $(BENCH_ARGS)
 
 messages: install
 	$(BIN)/python manage.py makemessages -l zh_Hans --no-obsolete --ignore=.venv --ignore=var --ignore=tests

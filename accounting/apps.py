@@ -4,4 +4,4 @@ from django.utils.translation import gettext_lazy as _
 
 class AccountingConfig(AppConfig):
     name = "accounting"
-    verbose_name = _("Teams and accounting")
+    verbose_name = _("Accounting")

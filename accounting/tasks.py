@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from celery import shared_task
 
-from config.locks import advisory_lock
+from core.locks import advisory_lock
 
 
 @shared_task(name="accounting.tasks.usage_aggregate", ignore_result=True)
 def usage_aggregate() -> dict:
-    """Recompute the daily usage aggregates that changed and the open days (accounting/usage.py)."""
-    from accounting.usage import usage_process
+    """Recompute the daily usage aggregates that changed and the open days (accounting/usage/services.py)."""
+    from accounting.usage.services import usage_process
 
     with advisory_lock("accounting.usage_aggregate") as locked:
         if not locked:
@@ -27,9 +27,9 @@ def close_period(period: str | None = None) -> dict:
 
     from django.utils import timezone
 
-    from accounting.close import CloseRefused, parse_period, previous_month
-    from accounting.close import close_period as close
-    from accounting.usage import business_day_of
+    from accounting.money.close import CloseRefused, parse_period, previous_month
+    from accounting.money.close import close_period as close
+    from accounting.usage.services import business_day_of
 
     now = timezone.now()
     first = parse_period(period) if period else previous_month(business_day_of(now))
@@ -46,10 +46,10 @@ def close_period(period: str | None = None) -> dict:
 
 @shared_task(name="accounting.tasks.quota_alerts", ignore_result=True, time_limit=300, soft_time_limit=270)
 def quota_alerts() -> dict:
-    """Raise and close the quota warnings (accounting/quota_watch.py)."""
+    """Raise and close the quota warnings (accounting/quotas/watch.py)."""
     from django.utils import timezone
 
-    from accounting.quota_watch import quota_alerts as watch
+    from accounting.quotas.watch import quota_alerts as watch
 
     with advisory_lock("accounting.quota_alerts") as locked:
         return watch(now=timezone.now()) if locked else {}
@@ -57,10 +57,10 @@ def quota_alerts() -> dict:
 
 @shared_task(name="accounting.tasks.notify_fan_out", ignore_result=True, time_limit=300, soft_time_limit=270)
 def notify_fan_out() -> dict:
-    """Notify the recipients of new alerts; critical ones by e-mail and webhook at once (accounting/notify.py)."""
+    """Notify the recipients of new alerts; critical ones by e-mail and webhook at once (accounting/notify/services.py)."""
     from django.utils import timezone
 
-    from accounting.notify import fan_out
+    from accounting.notify.services import fan_out
 
     with advisory_lock("accounting.notify_fan_out") as locked:
         return fan_out(now=timezone.now()) if locked else {}
@@ -68,10 +68,10 @@ def notify_fan_out() -> dict:
 
 @shared_task(name="accounting.tasks.notify_digests", ignore_result=True, time_limit=600, soft_time_limit=570)
 def notify_digests() -> int:
-    """E-mail the daily warning digests once the local digest time has passed (accounting/notify.py)."""
+    """E-mail the daily warning digests once the local digest time has passed (accounting/notify/services.py)."""
     from django.utils import timezone
 
-    from accounting.notify import send_digests
+    from accounting.notify.services import send_digests
 
     with advisory_lock("accounting.notify_digests") as locked:
         return send_digests(now=timezone.now()) if locked else 0
@@ -81,8 +81,8 @@ def notify_digests() -> int:
              soft_time_limit=45)
 def deliver_webhook(self, delivery_id: int) -> str:
     """Post one webhook delivery; a failed post is retried after 2, 4, 8, … seconds until the delivery's
-    attempts (NOTIFY_WEBHOOK_MAX_ATTEMPTS) are spent (accounting/webhooks.py)."""
-    from accounting.webhooks import DeliveryRetry, webhook_deliver
+    attempts (NOTIFY_WEBHOOK_MAX_ATTEMPTS) are spent (accounting/notify/webhooks.py)."""
+    from accounting.notify.webhooks import DeliveryRetry, webhook_deliver
 
     try:
         return webhook_deliver(delivery_id=delivery_id)

@@ -1,13 +1,13 @@
 from django.urls import path
 
-from accounting import finance_views, notification_views, views
+from accounting.money import views as finance_views
+from accounting.notify import views as notification_views
+from accounting.team_pages import views as team_views
 
 app_name = "accounting"
 urlpatterns = [
-    path("teams/", views.team_list, name="team-list"),
-    path("teams/<slug:slug>/", views.team_detail, name="team-detail"),
-    path("account/tokens/", views.token_list, name="token-list"),
-    path("account/tokens/<int:pk>/revoke/", views.token_revoke, name="token-revoke"),
+    path("teams/", team_views.team_list, name="team-list"),
+    path("teams/<slug:slug>/", team_views.team_detail, name="team-detail"),
     path("finance/", finance_views.finance, name="finance"),
     path("finance/close/", finance_views.finance_close, name="finance-close"),
     path("finance/reopen/", finance_views.finance_reopen, name="finance-reopen"),

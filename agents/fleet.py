@@ -8,7 +8,7 @@ without counts (``H200,H100,L40S``) the ``--nodes`` are split into groups as eve
 first models taking the remainder. A node is named ``<prefix><model>-<NN>`` (``--hostname-prefix``,
 default ``gpu-``), numbered per model: ``gpu-h200-01``. Ports follow the same order. So
 ``fleet --nodes 8 --models H200:4,H100:2,L40S:2 --mig gpu-h100-01`` is the cluster of the server's
-demo data set (cluster/demo.py), with the same hostnames, ports and GPU UUIDs (seed 0).
+demo data set (demo/cluster.py), with the same hostnames, ports and GPU UUIDs (seed 0).
 
 Token file (``--token-file``), the contract with the server's demo loader: a JSON object mapping each
 hostname to its agent::

@@ -1,17 +1,9 @@
-"""Choices carry their label and display colour, so templates never compare raw strings."""
+"""The cluster's shared choices (node and GPU status, alert tiers, subjects and kinds), with their colours."""
 
 from django.db import models
 from django.utils.translation import gettext_lazy as _
 
-
-class ColouredChoices(models.TextChoices):
-    @property
-    def colour(self) -> str:
-        return self._colours().get(self.value, "grey")
-
-    @classmethod
-    def _colours(cls) -> dict[str, str]:
-        return {}
+from core.choices import ColouredChoices
 
 
 class NodeStatus(ColouredChoices):

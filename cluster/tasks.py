@@ -8,7 +8,7 @@ import logging
 from celery import shared_task
 from django.conf import settings
 
-from config.locks import advisory_lock
+from core.locks import advisory_lock
 
 log = logging.getLogger(__name__)
 
@@ -16,7 +16,7 @@ log = logging.getLogger(__name__)
 @shared_task(name="cluster.tasks.collect_all", ignore_result=True)
 def collect_all() -> int:
     """Beat: fan collection out over node shards on the ``collect`` queue."""
-    from cluster.selectors import collectable_node_ids
+    from cluster.inventory.selectors import collectable_node_ids
 
     with advisory_lock("cluster.collect_all") as locked:
         if not locked:
@@ -33,7 +33,7 @@ def collect_all() -> int:
 @shared_task(name="cluster.tasks.collect_nodes", ignore_result=True)
 def collect_nodes(node_ids: list[int]) -> None:
     """Collect a shard of nodes one after another (each node locks itself; a busy node is skipped)."""
-    from cluster.collector import collect_node
+    from cluster.telemetry.collector import collect_node
 
     for node_id in node_ids:
         try:
@@ -46,7 +46,7 @@ def collect_nodes(node_ids: list[int]) -> None:
 @shared_task(name="cluster.tasks.rollup_pending", ignore_result=True)
 def rollup_pending() -> dict:
     """Recompute the minute and hour rollups of dirty buckets (safe to run concurrently)."""
-    from cluster.rollups import rollup_pending as run
+    from cluster.telemetry.rollups import rollup_pending as run
 
     return run()
 
@@ -55,7 +55,7 @@ def rollup_pending() -> dict:
 def prune_telemetry() -> dict:
     from django.utils import timezone
 
-    from cluster.rollups import prune
+    from cluster.telemetry.rollups import prune
 
     with advisory_lock("cluster.prune_telemetry") as locked:
         return prune(now=timezone.now()) if locked else {}
@@ -64,14 +64,14 @@ def prune_telemetry() -> dict:
 @shared_task(name="cluster.tasks.observed_scan", ignore_result=True)
 def observed_scan() -> dict:
     """Turn the processes the agents saw into jobs and observed allocations (one scan at a time)."""
-    from cluster.observed import observed_scan as run
+    from cluster.jobs.observed import observed_scan as run
 
     return run()
 
 
 @shared_task(name="cluster.tasks.close_quiet_alerts", ignore_result=True)
 def close_quiet_alerts() -> int:
-    from cluster.collector import close_quiet_gpu_alerts
+    from cluster.telemetry.collector import close_quiet_gpu_alerts
 
     return close_quiet_gpu_alerts()
 
@@ -81,7 +81,7 @@ def bookings_tick() -> dict:
     """Beat: end due bookings, warn and release idle ones, remind bookers, raise conflicts (one run at a time)."""
     from django.utils import timezone
 
-    from cluster import booking_watch
+    from cluster.bookings import watch as booking_watch
 
     with advisory_lock("cluster.bookings_tick") as locked:
         return booking_watch.watch(now=timezone.now()) if locked else {}

@@ -1,6 +1,8 @@
 from django.urls import path
 
-from cluster import booking_views, job_views, views
+from cluster.bookings import views as booking_views
+from cluster.inventory import views
+from cluster.jobs import views as job_views
 
 app_name = "cluster"
 urlpatterns = [

@@ -1,11 +1,13 @@
 from django.urls import path
 from rest_framework.routers import DefaultRouter
 
-from accounting.api import money_views, statement_views
-from accounting.api import views as accounting_api
-from accounting.api.usage_views import UsageReportView
-from cluster.api import booking_views, job_views
-from cluster.api import views as cluster_api
+from accounting.money import api as money_views
+from accounting.money import statement_api as statement_views
+from accounting.usage.api import UsageReportView
+from cluster.bookings import api as booking_views
+from cluster.inventory import api as cluster_api
+from cluster.jobs import api as job_views
+from teams import api as accounting_api
 
 router = DefaultRouter()
 router.register("gpu-models", cluster_api.GpuModelViewSet, basename="gpumodel")

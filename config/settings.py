@@ -124,8 +124,11 @@ INSTALLED_APPS = [
     "django.contrib.postgres",
     "rest_framework",
     "drf_spectacular",
-    "accounting",
+    # The floors of docs/architecture.md, bottom up; demo loads the demo cluster (load_demo).
+    "teams",
     "cluster",
+    "accounting",
+    "demo",
 ]
 
 MIDDLEWARE = [
@@ -155,8 +158,8 @@ TEMPLATES = [
                 "django.template.context_processors.tz",
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
-                "accounting.context_processors.navigation",
-                "accounting.context_processors.notifications_unread",
+                "teams.context_processors.navigation",
+                "accounting.notify.context_processors.notifications_unread",
             ],
         },
     },
@@ -206,7 +209,7 @@ X_FRAME_OPTIONS = "DENY"
 
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
-        "accounting.authentication.HashedTokenAuthentication",
+        "teams.authentication.HashedTokenAuthentication",
         "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
@@ -214,7 +217,7 @@ REST_FRAMEWORK = {
     "PAGE_SIZE": 100,
     "DEFAULT_FILTER_BACKENDS": [],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
-    "EXCEPTION_HANDLER": "config.api.exception_handler",
+    "EXCEPTION_HANDLER": "core.api.exception_handler",
     "TEST_REQUEST_DEFAULT_FORMAT": "json",
 }
 SPECTACULAR_SETTINGS = {
@@ -227,11 +230,11 @@ SPECTACULAR_SETTINGS = {
     "ENUM_NAME_OVERRIDES": {
         "NodeStatusEnum": "cluster.choices.NodeStatus",
         "GpuStatusEnum": "cluster.choices.GpuStatus",
-        "JobSourceEnum": "cluster.models.jobs.JobSource",
-        "JobStateEnum": "cluster.models.jobs.JobState",
-        "AllocationOriginEnum": "cluster.models.jobs.AllocationOrigin",
-        "BookingModeEnum": "cluster.models.bookings.BookingMode",
-        "BookingStatusEnum": "cluster.models.bookings.BookingStatus",
+        "JobSourceEnum": "cluster.jobs.models.JobSource",
+        "JobStateEnum": "cluster.jobs.models.JobState",
+        "AllocationOriginEnum": "cluster.jobs.models.AllocationOrigin",
+        "BookingModeEnum": "cluster.bookings.models.BookingMode",
+        "BookingStatusEnum": "cluster.bookings.models.BookingStatus",
     },
 }
 
@@ -277,7 +280,7 @@ TELEMETRY_MINUTE_RETENTION_DAYS = env_int("TELEMETRY_MINUTE_RETENTION_DAYS", 400
 # Usage states (DESIGN.md §4): an allocated GPU-minute below this mean utilization is idle.
 CARDHOUR_IDLE_THRESHOLD_PCT = env_int("CARDHOUR_IDLE_THRESHOLD_PCT", 5, minimum=0)
 
-# Observed usage: processes the agents see become jobs and allocations (cluster/observed.py).
+# Observed usage: processes the agents see become jobs and allocations (cluster/jobs/observed.py).
 OBSERVED_SCAN_EVERY_S = env_int("OBSERVED_SCAN_EVERY_S", 60, minimum=1)
 # Presence of one process identity at most this far apart is one range (two missed 10 s samples, a job
 # step ending and the next starting); a longer pause splits it, and an observed job's run ends.

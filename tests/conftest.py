@@ -8,9 +8,9 @@ import pytest
 from django.contrib.auth.models import Group
 from rest_framework.test import APIClient
 
-from accounting.models import ApiToken, Membership, Project, Team
-from accounting.roles import ADMIN_GROUP, FINANCE_GROUP, TeamRole
 from cluster.models import Gpu, GpuModel, Node
+from teams.models import ApiToken, Membership, Project, Team
+from teams.roles import ADMIN_GROUP, FINANCE_GROUP, TeamRole
 
 T0 = datetime(2026, 11, 2, 0, 0, tzinfo=UTC)  # the fixed time zero of tests
 PASSWORD = "correct horse battery staple"
@@ -19,57 +19,57 @@ TESTS = Path(__file__).resolve().parent
 # Modules whose tests touch days, months, quotas, close, digests, bookings or usage: marked ``clock``, so
 # ``pytest -m clock`` is the subset that .ci/clock runs again with the whole process clock moved
 # (libfaketime). A module named here that does not exist (yet) is simply not collected. Not named: the
-# agent-subprocess tests (tests/agents, cluster/test_collection_e2e.py), which hang under libfaketime for
+# agent-subprocess tests (tests/agents, cluster/telemetry/test_collection_e2e.py), which hang under libfaketime for
 # a reason outside our code (a timed thread wait never times out there: see .ci/clock), and touch none of
 # the above.
 CLOCK_MODULES = frozenset({
-    "accounting/test_close.py",
-    "accounting/test_demo_money.py",
-    "accounting/test_exports.py",
-    "accounting/test_finance_page.py",
-    "accounting/test_money_api.py",
-    "accounting/test_money_services.py",
-    "accounting/test_notify.py",
-    "accounting/test_pricing.py",
-    "accounting/test_quota_math.py",
-    "accounting/test_quota_selectors.py",
-    "accounting/test_quota_watch.py",
+    "accounting/money/test_close.py",
+    "demo/test_money.py",
+    "accounting/money/test_exports.py",
+    "accounting/money/test_finance_page.py",
+    "accounting/money/test_api.py",
+    "accounting/money/test_services.py",
+    "accounting/notify/test_notify.py",
+    "accounting/money/test_pricing.py",
+    "accounting/quotas/test_rules.py",
+    "accounting/quotas/test_selectors.py",
+    "accounting/quotas/test_watch.py",
     "accounting/test_scoping.py",
-    "accounting/test_statement_api.py",
-    "accounting/test_statement_exports.py",
-    "accounting/test_statements.py",
-    "accounting/test_team_page.py",
-    "accounting/test_usage.py",
-    "accounting/test_usage_api.py",
-    "accounting/test_usage_isolation.py",
-    "accounting/test_usage_math.py",
-    "accounting/test_usage_pending.py",
-    "accounting/test_usage_report.py",
+    "accounting/money/test_statement_api.py",
+    "accounting/money/test_statement_exports.py",
+    "accounting/money/test_statements.py",
+    "accounting/team_pages/test_team_page.py",
+    "accounting/usage/test_services.py",
+    "accounting/usage/test_api.py",
+    "accounting/usage/test_isolation.py",
+    "accounting/usage/test_states.py",
+    "accounting/usage/test_pending.py",
+    "accounting/usage/test_report.py",
     "browser/test_bookings.py",
     "browser/test_finance_page.py",
     "browser/test_node_charts.py",
     "browser/test_team_page.py",
-    "cluster/booking_pages/test_calendar.py",
-    "cluster/booking_pages/test_form_and_mine.py",
-    "cluster/test_booking_concurrency.py",
-    "cluster/test_booking_slots.py",
-    "cluster/test_booking_watch.py",
-    "cluster/test_bookings.py",
-    "cluster/test_bookings_api.py",
-    "cluster/test_demo.py",
-    "cluster/test_demo_history.py",
-    "cluster/test_import_jobs.py",
-    "cluster/test_import_robustness.py",
-    "cluster/test_import_sacct.py",
-    "cluster/test_job_kpis.py",
-    "cluster/test_job_admin_api.py",
-    "cluster/test_jobs_api.py",
-    "cluster/test_jobs_pages.py",
-    "cluster/test_jobs_service.py",
-    "cluster/test_node_page.py",
-    "cluster/test_observed_usage.py",
-    "cluster/test_replay.py",
-    "test_time_window.py",
+    "cluster/bookings/pages/test_calendar.py",
+    "cluster/bookings/pages/test_form_and_mine.py",
+    "cluster/bookings/test_concurrency.py",
+    "cluster/bookings/test_slots.py",
+    "cluster/bookings/test_watch.py",
+    "cluster/bookings/test_services.py",
+    "cluster/bookings/test_api.py",
+    "demo/test_demo.py",
+    "demo/test_history.py",
+    "cluster/jobs/test_import_jobs.py",
+    "cluster/jobs/test_import_robustness.py",
+    "cluster/jobs/test_import_sacct.py",
+    "cluster/jobs/test_kpis.py",
+    "cluster/jobs/test_admin_api.py",
+    "cluster/jobs/test_api.py",
+    "cluster/jobs/test_pages.py",
+    "cluster/jobs/test_services.py",
+    "cluster/inventory/test_node_page.py",
+    "cluster/jobs/test_observed_usage.py",
+    "accounting/usage/test_replay.py",
+    "core/test_time_window.py",
 })
 
 

@@ -26,7 +26,7 @@ def _hi(expression: str) -> str:
     return f"CASE WHEN bool_or({expression} IS NULL) THEN NULL ELSE least(max({expression}), {WINDOW_END}) END"
 
 
-# An allocation the aggregation counts (accounting.usage_inputs.counted_in_window): it begins in the window
+# An allocation the aggregation counts (accounting.usage.inputs.counted_in_window): it begins in the window
 # and does not end after it.
 ALLOCATION_IN_WINDOW = (f'{{a}}start >= {WINDOW_START} AND {{a}}start < {WINDOW_END} '
                         f'AND ({{a}}"end" IS NULL OR {{a}}"end" <= {WINDOW_END})')

@@ -43,7 +43,7 @@ def replay_gpu_uuid(node: str, index: int) -> str:
     """The UUID of GPU ``index`` on ``node`` when a CSV names it only by index:
     ``"GPU-" + str(uuid.uuid5(UUID("6f1c3a52-8f0e-4c1e-9a53-2b7d7e0c9d11"), f"{node}/{index}"))``.
 
-    The same function as cluster/demo.py's ``demo_gpu_uuid`` and the simulator's with seed 0, so a
+    The same function as demo/cluster.py's ``demo_gpu_uuid`` and the simulator's with seed 0, so a
     replayed node, a simulated node and the demo data set agree on what "gpu-h200-01 GPU 3" is."""
     return f"GPU-{uuid.uuid5(UUID_NAMESPACE, f'{node}/{index}')}"
 

@@ -19,7 +19,7 @@ from agents.backends.gpu_models import TOTAL_SLICES, GpuSpec, MigProfile, find_m
 from agents.backends.sim_workloads import MEM_UTIL_RATIO, Job, job_at, mix, text_key, unit, util_at
 from agents.records import Record, empty_record
 
-# The same namespace and key layout as cluster/demo.py's demo_gpu_uuid, so a simulated node with
+# The same namespace and key layout as demo/cluster.py's demo_gpu_uuid, so a simulated node with
 # seed 0 reports the very GPUs the demo data set registered for that hostname.
 UUID_NAMESPACE = uuid.UUID("6f1c3a52-8f0e-4c1e-9a53-2b7d7e0c9d11")
 DRIVER_VERSION, CUDA_VERSION = "590.48.01", "13.1"  # as in the captures

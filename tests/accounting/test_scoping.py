@@ -6,10 +6,11 @@ from datetime import timedelta
 import pytest
 from django.urls import reverse
 
-from accounting.models import Membership, Project, Quota, Team
-from cluster.bookings import booking_create
-from cluster.jobs import JobInput, job_upsert
+from accounting.models import Quota
+from cluster.bookings.services import booking_create
+from cluster.jobs.services import JobInput, job_upsert
 from cluster.models import Booking, Gpu, Job
+from teams.models import Membership, Project, Team
 from tests.conftest import T0
 
 pytestmark = pytest.mark.django_db

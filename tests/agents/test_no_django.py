@@ -11,7 +11,7 @@ BLOCK_DJANGO = "import sys; sys.modules['django'] = None; sys.modules['rest_fram
 
 def test_it_imports_every_module_without_django():
     modules = ("agents.__main__", "agents.agent", "agents.spool", "agents.http", "agents.sampler", "agents.clock",
-               "agents.config", "agents.fleet", "agents.metrics", "agents.bench", "agents.backends.sim",
+               "agents.config", "agents.fleet", "agents.metrics", "bench.agent", "agents.backends.sim",
                "agents.backends.replay", "agents.backends.sim_workloads", "agents.backends.gpu_models")
     code = BLOCK_DJANGO + "; ".join(f"import {m}" for m in modules) + "; print('imported')"
     result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=30)

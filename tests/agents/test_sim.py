@@ -72,7 +72,7 @@ def test_it_mixes_workloads_that_change_over_time():
 
 
 def test_it_gives_nvml_shaped_uuids_that_match_the_demo_data_set():
-    namespace = uuid.UUID("6f1c3a52-8f0e-4c1e-9a53-2b7d7e0c9d11")  # cluster/demo.py's UUID_NAMESPACE
+    namespace = uuid.UUID("6f1c3a52-8f0e-4c1e-9a53-2b7d7e0c9d11")  # demo/cluster.py's UUID_NAMESPACE
     assert sim_gpu_uuid("gpu-h200-01", 3) == f"GPU-{uuid.uuid5(namespace, 'gpu-h200-01/3')}"
     assert sim_gpu_uuid("gpu-h100-01", 0, mig_slot=2) == f"MIG-{uuid.uuid5(namespace, 'gpu-h100-01/0/mig2')}"
     assert sim_gpu_uuid("gpu-h200-01", 3, seed=5) != sim_gpu_uuid("gpu-h200-01", 3)

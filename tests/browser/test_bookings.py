@@ -9,7 +9,7 @@ import pytest
 from django.utils import timezone
 from playwright.sync_api import expect
 
-from cluster.bookings import booking_create
+from cluster.bookings.services import booking_create
 from cluster.models import Gpu, GpuModel, Node
 
 

@@ -14,7 +14,7 @@ from openpyxl import load_workbook
 from playwright.sync_api import expect
 
 from accounting.models import RateCard, Statement
-from accounting.statements import TOTAL_KIND, statement_totals
+from accounting.money.statements import TOTAL_KIND, statement_totals
 from cluster.models import Allocation, CollectionState, Gpu, GpuModel, Job, MinuteRollup, Node
 from tests.browser.conftest import NOW
 

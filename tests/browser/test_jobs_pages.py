@@ -7,10 +7,10 @@ from decimal import Decimal
 import pytest
 from playwright.sync_api import expect
 
-from accounting.models import Project
-from accounting.roles import TeamRole
-from cluster.jobs import JobInput, job_upsert
+from cluster.jobs.services import JobInput, job_upsert
 from cluster.models import Gpu, JobSource, JobState, MinuteRollup
+from teams.models import Project
+from teams.roles import TeamRole
 from tests.conftest import T0
 
 MINUTE = timedelta(minutes=1)

@@ -5,9 +5,10 @@ from datetime import timedelta
 from django.utils import timezone
 from playwright.sync_api import expect
 
-from accounting.models import DailyUsage, Project, Quota
-from accounting.usage import business_day_of
+from accounting.models import DailyUsage, Quota
+from accounting.usage.services import business_day_of
 from cluster.models import Alert, Gpu
+from teams.models import Project
 
 CARD_HOUR = 840_000 * 3600  # ticks
 

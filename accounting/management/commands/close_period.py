@@ -1,4 +1,4 @@
-"""``manage.py close_period 2026-11``: close a month (accounting.close.close_period) and print its statement:
+"""``manage.py close_period 2026-11``: close a month (accounting.money.close.close_period) and print its statement:
 revision, ledger entries, the total per team and the statement total. Closing a closed month prints its
 statement and adds nothing. A refusal prints every problem, one a line, and exits non-zero.
 
@@ -9,11 +9,17 @@ from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
 from django.utils import timezone
 
-from accounting.close import CloseRefused, close_period, reopen_period
 from accounting.management.commands.export_statement import period_argument
 from accounting.models import LedgerEntry
-from accounting.roles import sees_all_teams
-from accounting.statements import TOTAL_KIND, closed_statement_id, period_label, statement_rows, total_of
+from accounting.money.close import CloseRefused, close_period, reopen_period
+from accounting.money.statements import (
+    TOTAL_KIND,
+    closed_statement_id,
+    period_label,
+    statement_rows,
+    total_of,
+)
+from teams.roles import sees_all_teams
 
 
 class Command(BaseCommand):

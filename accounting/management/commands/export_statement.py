@@ -1,5 +1,5 @@
 """``manage.py export_statement 2026-11 --format csv|xlsx [--output FILE] [--revision N]``: a statement's lines
-and team totals (accounting.statements.statement_rows) as CSV or XLSX, every team included.
+and team totals (accounting.money.statements.statement_rows) as CSV or XLSX, every team included.
 
 The statement is the period's closed one unless ``--revision`` names another; a reopened period (no
 closed statement) exports its latest revision, with a note on stderr. CSV goes to stdout unless
@@ -10,10 +10,10 @@ from pathlib import Path
 
 from django.core.management.base import BaseCommand, CommandError
 
-from accounting.close import parse_period
-from accounting.exports import write_csv, write_xlsx
 from accounting.models import Statement, StatementStatus
-from accounting.statements import COLUMNS, period_label, statement_rows
+from accounting.money.close import parse_period
+from accounting.money.exports import write_csv, write_xlsx
+from accounting.money.statements import COLUMNS, period_label, statement_rows
 
 
 def period_argument(text: str):

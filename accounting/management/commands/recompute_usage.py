@@ -1,9 +1,9 @@
-"""``manage.py recompute_usage``: rebuild the daily usage aggregates of a range (accounting.usage)."""
+"""``manage.py recompute_usage``: rebuild the daily usage aggregates of a range (accounting.usage.services)."""
 
 from django.core.management.base import BaseCommand, CommandError
 
 from accounting.management.commands.usage_report import EXAMPLE, parse_moment
-from accounting.usage import usage_recompute
+from accounting.usage.services import usage_recompute
 from core.timewindow import OutsideWindow, check_in_window, window_message
 
 

@@ -1,8 +1,8 @@
-"""``manage.py usage_report``: the usage report (accounting.usage_report) as CSV, XLSX or JSON.
+"""``manage.py usage_report``: the usage report (accounting.usage.report) as CSV, XLSX or JSON.
 
 CSV and JSON go to stdout unless ``--output FILE``; XLSX is binary and needs ``--output``. The command
 line sees every team, the unattributed row included. When work is pending over the window (rollups or
-daily aggregates the worker has not done, see accounting.usage_report) a warning goes to stderr, so the
+daily aggregates the worker has not done, see accounting.usage.report) a warning goes to stderr, so the
 figures on stdout are never taken as final without saying so."""
 
 import io
@@ -14,8 +14,8 @@ from django.core.management.base import BaseCommand, CommandError
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
-from accounting.exports import write_csv, write_xlsx
-from accounting.usage_report import BY_CHOICES, TIME_COLUMNS, UsageReportRefused, usage_report
+from accounting.money.exports import write_csv, write_xlsx
+from accounting.usage.report import BY_CHOICES, TIME_COLUMNS, UsageReportRefused, usage_report
 
 FORMATS = ("csv", "xlsx", "json")
 EXAMPLE = "2026-11-01T00:00:00+08:00"

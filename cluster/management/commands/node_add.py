@@ -1,7 +1,7 @@
 from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError
 
-from cluster.services import agent_config_line, node_register
+from cluster.inventory.services import agent_config_line, node_register
 
 
 class Command(BaseCommand):

@@ -1,7 +1,7 @@
 from django.core.management.base import BaseCommand, CommandError
 
+from cluster.inventory.services import agent_config_line, node_token_rotate
 from cluster.models import Node
-from cluster.services import agent_config_line, node_token_rotate
 
 
 class Command(BaseCommand):

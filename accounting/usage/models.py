@@ -1,0 +1,147 @@
+"""Daily usage aggregates (DESIGN.md §4): every GPU's business day split into the five states, in
+integer ticks, per team and project; unplaced allocations per team, project and GPU model; and the
+queue of ranges whose aggregates must be recomputed (filled by database triggers, so every writer of
+rollups, allocations, holds and node statuses marks what it touched)."""
+
+from __future__ import annotations
+
+from django.db import models
+from django.utils.translation import gettext_lazy as _
+
+
+class UsageState(models.TextChoices):
+    BUSY = "busy", _("Busy")
+    IDLE = "idle", _("Idle")
+    UNMEASURED = "unmeasured", _("Unmeasured")
+    UNALLOCATED = "unallocated", _("Unallocated")
+    DOWN = "down", _("Down")
+
+
+class DailyUsage(models.Model):
+    """Ticks of one GPU's business day in one state, held by one team and project (or none)."""
+
+    day = models.DateField(_("day"), help_text=_("Business day (CARDHOUR_BUSINESS_TIME_ZONE)."))
+    gpu = models.ForeignKey("cluster.Gpu", on_delete=models.PROTECT, related_name="+", verbose_name=_("GPU"))
+    state = models.CharField(_("state"), max_length=16, choices=UsageState.choices)
+    team = models.ForeignKey(
+        "teams.Team", on_delete=models.PROTECT, null=True, blank=True, related_name="+", verbose_name=_("team")
+    )
+    project = models.ForeignKey(
+        "teams.Project", on_delete=models.PROTECT, null=True, blank=True, related_name="+",
+        verbose_name=_("project"),
+    )
+    ticks = models.BigIntegerField(_("ticks"), help_text=_("1/840,000 GPU-second each."))
+
+    class Meta:
+        verbose_name = _("daily usage")
+        verbose_name_plural = _("daily usage")
+        indexes = [models.Index(fields=["day", "team"]), models.Index(fields=["gpu", "day"])]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["day", "gpu", "state", "team", "project"], nulls_distinct=False, name="daily_usage_one_row",
+            ),
+            models.CheckConstraint(condition=models.Q(ticks__gt=0), name="daily_usage_positive"),
+            models.CheckConstraint(condition=models.Q(state__in=UsageState.values), name="daily_usage_known_state"),
+            models.CheckConstraint(
+                condition=models.Q(state__in=["busy", "idle", "unmeasured"]) | models.Q(team__isnull=True),
+                name="daily_usage_team_only_when_allocated",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.day} gpu {self.gpu_id} {self.state} {self.ticks}"
+
+
+class DailyUnplacedUsage(models.Model):
+    """Ticks of one business day held by a team's jobs whose GPUs are not known: allocated and
+    unmeasured for the team, in no GPU's states (DESIGN.md §4)."""
+
+    day = models.DateField(_("day"))
+    team = models.ForeignKey("teams.Team", on_delete=models.PROTECT, related_name="+", verbose_name=_("team"))
+    project = models.ForeignKey(
+        "teams.Project", on_delete=models.PROTECT, null=True, blank=True, related_name="+",
+        verbose_name=_("project"),
+    )
+    gpu_model = models.ForeignKey(
+        "cluster.GpuModel", on_delete=models.PROTECT, null=True, blank=True, related_name="+",
+        verbose_name=_("GPU model"),
+    )
+    ticks = models.BigIntegerField(_("ticks"))
+
+    class Meta:
+        verbose_name = _("daily unplaced usage")
+        verbose_name_plural = _("daily unplaced usage")
+        indexes = [models.Index(fields=["day", "team"])]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["day", "team", "project", "gpu_model"], nulls_distinct=False, name="daily_unplaced_one_row",
+            ),
+            models.CheckConstraint(condition=models.Q(ticks__gt=0), name="daily_unplaced_positive"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.day} team {self.team_id} unplaced {self.ticks}"
+
+
+class UsageDirty(models.Model):
+    """A time range whose daily aggregates must be recomputed: of one GPU, of a node's GPUs, or (both
+    empty) of unplaced usage. Inserted by triggers on the tables usage is computed from."""
+
+    gpu_id = models.BigIntegerField(null=True, blank=True)
+    node_id = models.BigIntegerField(null=True, blank=True)
+    lo = models.DateTimeField()
+    hi = models.DateTimeField(null=True, blank=True, help_text=_(
+        "End of the range (exclusive); empty for a range still open (a running job): up to the application's "
+        "now when it is recomputed."))
+    marked_at = models.DateTimeField(auto_now_add=True, help_text=_(
+        "When the mark was written (the database's clock; shown to people, never decides anything)."))
+
+    class Meta:
+        verbose_name = _("usage to recompute")
+        verbose_name_plural = _("usage to recompute")
+
+    def __str__(self) -> str:
+        return f"gpu {self.gpu_id} node {self.node_id} {self.lo}–{self.hi}"
+
+
+class UsageAggregateState(models.Model):
+    """The one row saying up to where the aggregation has run (open days are recomputed each run)."""
+
+    id = models.PositiveSmallIntegerField(primary_key=True, default=1)
+    aggregated_to = models.DateTimeField(null=True, blank=True, help_text=_("The 'now' of the last complete run."))
+
+    class Meta:
+        verbose_name = _("usage aggregation state")
+        verbose_name_plural = _("usage aggregation state")
+
+    def __str__(self) -> str:
+        return f"aggregated to {self.aggregated_to}"
+
+
+class DailyEnergy(models.Model):
+    """Energy one GPU drew in one business day while held by one team and project (none: unallocated),
+    shared among a minute's holders by their share of the GPU; in millijoules."""
+
+    day = models.DateField(_("day"))
+    gpu = models.ForeignKey("cluster.Gpu", on_delete=models.PROTECT, related_name="+", verbose_name=_("GPU"))
+    team = models.ForeignKey(
+        "teams.Team", on_delete=models.PROTECT, null=True, blank=True, related_name="+", verbose_name=_("team")
+    )
+    project = models.ForeignKey(
+        "teams.Project", on_delete=models.PROTECT, null=True, blank=True, related_name="+",
+        verbose_name=_("project"),
+    )
+    millijoules = models.BigIntegerField(_("energy (mJ)"))
+
+    class Meta:
+        verbose_name = _("daily energy")
+        verbose_name_plural = _("daily energy")
+        indexes = [models.Index(fields=["day", "team"])]
+        constraints = [
+            models.UniqueConstraint(fields=["day", "gpu", "team", "project"], nulls_distinct=False,
+                                    name="daily_energy_one_row"),
+            models.CheckConstraint(condition=models.Q(millijoules__gt=0), name="daily_energy_positive"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.day} gpu {self.gpu_id} team {self.team_id} {self.millijoules} mJ"

@@ -1,0 +1,261 @@
+"""The one path by which samples enter the database: collected pages and imported CSV alike.
+
+Records arrive as JSON lines (one record object per line, the agent's NDJSON page). They are
+``COPY``-ed as text into a session-local staging table; then one SQL statement validates each record
+(the first failing rule becomes its rejection reason), inserts the good ones into ``cluster_sample``
+with ``ON CONFLICT DO NOTHING`` (a repeated record changes nothing), and marks the minute buckets the
+newly stored records cover dirty for the rollups. No per-record Python runs on this path: PostgreSQL
+parses and checks the JSON in C (Python's own ``json.loads`` alone costs more per record than the
+whole COPY; see ``make bench``).
+
+Two forms of the statement share everything but how fields are read:
+
+- the *typed* form reads each record once with ``jsonb_to_record`` and checks ranges on typed
+  columns. A value of the wrong JSON type (``"busy"`` for a utilization, ``12.5`` for a count) makes
+  PostgreSQL raise, so it runs in a savepoint;
+- the *checked* form, used only when the typed one raised, tests every field's JSON type before any
+  cast, so every record gets a reason instead of the page an error.
+
+Numeric strings (``"50"``) pass the typed form as numbers; the checked form, reached only through a
+page with a real type error, refuses them. Both are documented behaviour, not a difference in what is
+stored.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from datetime import datetime
+
+import psycopg
+from django.db import DataError, connection, transaction
+
+from cluster.telemetry.rollups import MARK_CONFLICT
+
+# A session-local staging table, emptied before each use (a caller's outer transaction may span pages).
+STAGING_DDL = (
+    "CREATE TEMP TABLE IF NOT EXISTS sample_staging (rec jsonb) ON COMMIT DELETE ROWS; TRUNCATE sample_staging"
+)
+# CSV with quote and delimiter bytes that valid JSON text never contains (JSON escapes control
+# characters): each line reaches PostgreSQL untouched, whatever backslashes or quotes it holds.
+COPY_SQL = "COPY sample_staging (rec) FROM STDIN WITH (FORMAT csv, QUOTE e'\\x01', DELIMITER e'\\x02')"
+
+INT_MAX = 2**31 - 1
+FLOAT_FIELDS = {"util_gpu": 100, "util_gpu_max": 100, "util_mem": 100, "power_w": 100_000, "energy_j": 1e12}
+INT_FIELDS = {
+    "mem_used_mib": (0, INT_MAX), "mem_total_mib": (0, INT_MAX), "temp_c": (-100, 200),
+    "sm_clock_mhz": (0, 100_000), "xid_count": (0, INT_MAX), "ecc_dbe_count": (0, INT_MAX),
+}
+TYPED_COLUMNS = (
+    "seq bigint, line bigint, ts bigint, gpu_uuid text, interval_s int, "
+    + ", ".join(f"{name} float8" for name in FLOAT_FIELDS)
+    + ", " + ", ".join(f"{name} {'smallint' if name == 'temp_c' else 'int'}" for name in INT_FIELDS)
+    + ", processes jsonb"
+)
+VALUE_COLUMNS = ("interval_s", *FLOAT_FIELDS, *INT_FIELDS)
+
+
+def _common_rules(prefix: str, gpu: str) -> list[str]:
+    """Rules on typed values, shared by both forms (``prefix`` names where the typed values live,
+    ``gpu`` the matched GPU's id)."""
+    p = prefix
+    rules = [
+        f"WHEN {p}ts > %(newest_ts)s THEN 'ts: too far in the future'",
+        f"WHEN {p}ts < %(oldest_ts)s THEN 'ts: older than the agent spool keeps'",
+        f"WHEN {gpu} IS NULL THEN 'gpu_uuid: unknown GPU'",
+        f"WHEN {p}interval_s NOT BETWEEN 1 AND 3600 THEN 'interval_s: not a whole number of seconds in 1..3600'",
+    ]
+    for name, hi in FLOAT_FIELDS.items():
+        rules.append(f"WHEN {p}{name} < 0 THEN '{name}: below 0'")
+        rules.append(f"WHEN {p}{name} > {hi} THEN '{name}: above {hi}'")
+    for name, (lo, hi) in INT_FIELDS.items():
+        rules.append(f"WHEN {p}{name} < {lo} THEN '{name}: below {lo}'")
+        rules.append(f"WHEN {p}{name} > {hi} THEN '{name}: above {hi}'")
+    return rules
+
+
+TYPED_CHECKED = f"""
+    SELECT g.id AS gpu_id, r.seq, r.line, r.ts, {", ".join(f"r.{c}" for c in VALUE_COLUMNS)},
+           NULLIF(NULLIF(r.processes, 'null'::jsonb), '[]'::jsonb) AS processes,
+           CASE
+               WHEN jsonb_typeof(s.rec) <> 'object' THEN 'record: not a JSON object'
+               WHEN r.seq IS NULL AND %(need_seq)s THEN 'seq: missing or not a number'
+               WHEN r.ts IS NULL THEN 'ts: missing or not a number'
+               WHEN r.gpu_uuid IS NULL THEN 'gpu_uuid: missing or not a string'
+               WHEN r.interval_s IS NULL THEN 'interval_s: missing or not a number'
+               {" ".join(_common_rules("r.", "g.id"))}
+               WHEN r.processes IS NOT NULL AND jsonb_typeof(r.processes) NOT IN ('array', 'null') THEN 'processes: not a list'
+           END AS reason
+    FROM sample_staging s
+    CROSS JOIN LATERAL jsonb_to_record(CASE WHEN jsonb_typeof(s.rec) = 'object' THEN s.rec ELSE '{{}}'::jsonb END)
+        AS r({TYPED_COLUMNS})
+    LEFT JOIN cluster_gpu g ON g.uuid = r.gpu_uuid AND (%(node_id)s::bigint IS NULL OR g.node_id = %(node_id)s)
+"""
+
+
+def _json_number(name: str, kind: str) -> str:
+    """A field of ``rec`` as ``kind`` when it is a JSON number (whole, for integer kinds), else NULL."""
+    whole = kind != "float8"
+    test = f"jsonb_typeof(rec->'{name}') = 'number'"
+    if whole:
+        test += f" AND (rec->'{name}')::numeric = trunc((rec->'{name}')::numeric) AND abs((rec->'{name}')::numeric) <= {2**62}"
+    return f"CASE WHEN {test} THEN (rec->'{name}')::numeric::{kind} END"
+
+
+def _type_rules() -> list[str]:
+    rules = [
+        "WHEN jsonb_typeof(rec) <> 'object' THEN 'record: not a JSON object'",
+        "WHEN jsonb_typeof(rec->'seq') IS DISTINCT FROM 'number' AND %(need_seq)s THEN 'seq: missing or not a number'",
+        "WHEN jsonb_typeof(rec->'ts') IS DISTINCT FROM 'number' THEN 'ts: missing or not a number'",
+        "WHEN (rec->'ts')::numeric <> trunc((rec->'ts')::numeric) THEN 'ts: not whole seconds'",
+        "WHEN jsonb_typeof(rec->'gpu_uuid') IS DISTINCT FROM 'string' THEN 'gpu_uuid: missing or not a string'",
+        "WHEN jsonb_typeof(rec->'interval_s') IS DISTINCT FROM 'number' THEN 'interval_s: missing or not a number'",
+    ]
+    for name in ("interval_s", *FLOAT_FIELDS, *INT_FIELDS):
+        rules.append(f"WHEN jsonb_typeof(rec->'{name}') NOT IN ('number', 'null') THEN '{name}: not a number'")
+    for name in ("interval_s", *INT_FIELDS):
+        rules.append(
+            f"WHEN jsonb_typeof(rec->'{name}') = 'number' AND (rec->'{name}')::numeric <> trunc((rec->'{name}')::numeric) "
+            f"THEN '{name}: not a whole number'"
+        )
+    rules.append("WHEN jsonb_typeof(rec->'processes') NOT IN ('array', 'null') THEN 'processes: not a list'")
+    return rules
+
+
+CHECKED_CHECKED = f"""
+    SELECT gpu_id, seq, line, ts, {", ".join(VALUE_COLUMNS)}, processes,
+           CASE WHEN type_reason IS NOT NULL THEN type_reason {" ".join(_common_rules("", "gpu_id"))} END AS reason
+    FROM (
+        SELECT g.id AS gpu_id, rec,
+               CASE {" ".join(_type_rules())} END AS type_reason,
+               {_json_number("seq", "bigint")} AS seq, {_json_number("line", "bigint")} AS line,
+               {_json_number("ts", "bigint")} AS ts,
+               {", ".join(f"{_json_number(c, 'float8' if c in FLOAT_FIELDS else 'bigint')} AS {c}" for c in VALUE_COLUMNS)},
+               CASE WHEN jsonb_typeof(rec->'processes') = 'array' AND rec->'processes' <> '[]'::jsonb
+                    THEN rec->'processes' END AS processes
+        FROM sample_staging s
+        LEFT JOIN cluster_gpu g ON g.uuid = s.rec->>'gpu_uuid' AND (%(node_id)s::bigint IS NULL OR g.node_id = %(node_id)s)
+    ) typed
+"""
+
+SAMPLE_COLUMNS = ("gpu_id", "ts", *VALUE_COLUMNS, "processes")
+
+
+def _ingest_sql(checked: str) -> str:
+    return f"""
+WITH checked AS MATERIALIZED ({checked}),
+inserted AS (
+    INSERT INTO cluster_sample ({", ".join(SAMPLE_COLUMNS)})
+    SELECT gpu_id, to_timestamp(ts), {", ".join(VALUE_COLUMNS)}, processes
+    FROM checked WHERE reason IS NULL
+    ON CONFLICT DO NOTHING
+    RETURNING gpu_id, ts, interval_s, xid_count, ecc_dbe_count
+),
+dirty AS (
+    -- A record covers the seconds [ts - interval_s, ts). Per GPU, every minute from the one holding
+    -- the first covered second to the one holding the last is marked: one range per GPU instead of a
+    -- row per record (a gap inside a page only dirties minutes whose recomputation finds nothing).
+    -- The conflict clause locks an existing mark until commit, so a rollup worker cannot claim it
+    -- and recompute without these rows (cluster/telemetry/rollups.py).
+    INSERT INTO cluster_dirtybucket (level, gpu_id, bucket)
+    SELECT 'minute', r.gpu_id, b
+    FROM (SELECT gpu_id, min(ts - make_interval(secs => interval_s)) AS first_s, max(ts) - interval '1 second' AS last_s
+          FROM inserted GROUP BY gpu_id) r,
+         generate_series(
+             date_bin('1 minute', r.first_s, TIMESTAMPTZ '1970-01-01 00:00:00+00'),
+             date_bin('1 minute', r.last_s, TIMESTAMPTZ '1970-01-01 00:00:00+00'),
+             interval '1 minute') AS b
+    ORDER BY 2, 3
+    {MARK_CONFLICT}
+    RETURNING 1
+),
+errors AS (
+    SELECT gpu_id, sum(xid_count) FILTER (WHERE xid_count > 0) AS xid,
+           sum(ecc_dbe_count) FILTER (WHERE ecc_dbe_count > 0) AS ecc
+    FROM inserted GROUP BY gpu_id HAVING max(xid_count) > 0 OR max(ecc_dbe_count) > 0
+)
+SELECT 'stored' AS what, NULL AS reason, count(*) AS n, extract(epoch FROM max(ts))::bigint AS newest,
+       NULL::bigint AS gpu_id, NULL::bigint AS xid, NULL::bigint AS ecc FROM inserted
+UNION ALL
+SELECT 'rejected', reason, count(*), NULL, NULL, NULL, NULL FROM checked WHERE reason IS NOT NULL GROUP BY reason
+UNION ALL
+SELECT 'seen', NULL, count(*), max(ts) FILTER (WHERE reason IS NULL), max(seq), NULL, NULL FROM checked
+UNION ALL
+SELECT 'errors', NULL, NULL, NULL, gpu_id, xid, ecc FROM errors
+UNION ALL
+SELECT 'dirty', NULL, count(*), NULL, NULL, NULL, NULL FROM dirty
+UNION ALL
+(SELECT 'rejected_line', reason, line, NULL, NULL, NULL, NULL FROM checked
+ WHERE reason IS NOT NULL AND line IS NOT NULL ORDER BY line LIMIT 10000)
+"""
+
+
+TYPED_INGEST_SQL = _ingest_sql(TYPED_CHECKED)
+CHECKED_INGEST_SQL = _ingest_sql(CHECKED_CHECKED)
+# The validation alone, for the benchmark's stage split.
+VALIDATE_ONLY_SQL = f"SELECT reason, count(*) FROM ({TYPED_CHECKED}) c GROUP BY reason"
+
+
+@dataclass
+class IngestResult:
+    """What one page (or import chunk) did: records seen, stored, rejected by reason, and the GPUs
+    that reported new XID / double-bit ECC events."""
+
+    seen: int = 0
+    stored: int = 0
+    rejected: dict[str, int] = field(default_factory=dict)
+    max_seq: int | None = None
+    newest_ts: int | None = None
+    gpu_errors: dict[int, tuple[int, int]] = field(default_factory=dict)
+    rejected_lines: list[tuple[int, str]] = field(default_factory=list)  # records carrying a "line" (imports)
+
+    @property
+    def rejected_total(self) -> int:
+        return sum(self.rejected.values())
+
+
+def ingest_json_lines(
+    blob: bytes, *, node_id: int | None, now: datetime, max_future_s: int, max_age_s: int, need_seq: bool = True,
+    timings: dict[str, float] | None = None,
+) -> IngestResult:
+    """Validate and store newline-separated JSON records; call inside a transaction.
+
+    ``node_id`` limits GPUs to that node's (collection); None accepts any known GPU (import). A line
+    that is not JSON raises ``psycopg.DataError`` (the page is malformed: the caller's transaction
+    stores nothing)."""
+    now_s = int(now.timestamp())
+    params = {"node_id": node_id, "newest_ts": now_s + max_future_s, "oldest_ts": now_s - max_age_s, "need_seq": need_seq}
+    with connection.cursor() as cursor:
+        cursor.execute(STAGING_DDL)
+        started = time.perf_counter()
+        with cursor.cursor.copy(COPY_SQL) as copy:
+            copy.write(blob)
+        copied = time.perf_counter()
+        try:
+            with transaction.atomic():
+                cursor.execute(TYPED_INGEST_SQL, params)
+                rows = cursor.fetchall()
+        except (DataError, psycopg.DataError):
+            # A value of the wrong JSON type somewhere in the page: give every record its reason.
+            cursor.execute(CHECKED_INGEST_SQL, params)
+            rows = cursor.fetchall()
+        if timings is not None:
+            timings["copy"] = timings.get("copy", 0.0) + copied - started
+            timings["validate+upsert"] = timings.get("validate+upsert", 0.0) + time.perf_counter() - copied
+    return _result(rows)
+
+
+def _result(rows) -> IngestResult:
+    result = IngestResult()
+    for what, reason, count, newest, extra, xid, ecc in rows:
+        if what == "stored":
+            result.stored = count
+        elif what == "rejected":
+            result.rejected[reason] = count
+        elif what == "seen":
+            result.seen, result.newest_ts, result.max_seq = count, newest, extra
+        elif what == "errors":
+            result.gpu_errors[extra] = (int(xid or 0), int(ecc or 0))
+        elif what == "rejected_line":
+            result.rejected_lines.append((count, reason))
+    return result

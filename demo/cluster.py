@@ -1,0 +1,181 @@
+"""The demo data set: a simulated cluster, teams and a user for every role. Idempotent: loading it
+again changes nothing. Values (models, memory, MIG profiles) follow the real nvidia-smi captures in
+shared/data/nvidia-smi/."""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+
+from django.contrib.auth import get_user_model
+from django.contrib.auth.models import Group
+from django.db import transaction
+from django.utils import timezone
+from django.utils.text import slugify
+
+from accounting.money.close import previous_month
+from accounting.usage.services import business_day_of
+from cluster.choices import NodeStatus
+from cluster.models import Gpu, GpuModel, IdentityKind, Node, TeamIdentity
+from cluster.status.services import node_status_set
+from core.units import share_from_fraction
+from demo.bookings import load_demo_bookings
+from demo.history import history_window, load_demo_history
+from demo.money import load_demo_money
+from teams.models import Membership, Project, Team
+from teams.roles import ADMIN_GROUP, FINANCE_GROUP, TeamRole
+
+DEMO_PASSWORD = "cardhour-demo"  # noqa: S105 (the documented demo password)
+UUID_NAMESPACE = uuid.UUID("6f1c3a52-8f0e-4c1e-9a53-2b7d7e0c9d11")
+
+GPU_MODELS = [
+    # NVML name, short name, memory MiB
+    ("NVIDIA H200", "H200", 143771),
+    ("NVIDIA H100 80GB HBM3", "H100", 81559),
+    ("NVIDIA L40S", "L40S", 46068),
+]
+
+# hostname prefix, pool, model short name, node count
+NODE_GROUPS = [
+    ("gpu-h200", "train", "H200", 4),
+    ("gpu-h100", "train", "H100", 2),
+    ("gpu-l40s", "infer", "L40S", 2),
+]
+GPUS_PER_NODE = 8
+MAINTENANCE_NODE = "gpu-l40s-02"
+# GPU 0 of gpu-h100-01 is MIG-partitioned as in the H100 capture: 3g + 2g + 1g + 1g of 7 slices.
+MIG_NODE, MIG_GPU_INDEX = "gpu-h100-01", 0
+MIG_LAYOUT = [("3g.40gb", 3, 40192), ("2g.20gb", 2, 20096), ("1g.10gb", 1, 9856), ("1g.10gb", 1, 9856)]
+
+TEAMS = [
+    # name, slug, cost centre, projects
+    ("LLM Training", "llm", "CC-3100", ["Pretraining", "Alignment"]),
+    ("Vision Research", "vision", "CC-2040", ["Detection", "Video generation"]),
+    ("Inference Platform", "inference", "CC-1200", ["Serving", "Evaluation"]),
+]
+
+# The simulated fleet's unix users (agents/backends/sim_workloads.py USERS) and the team slug and
+# project their GPU processes are charged to, so the jobs observed on the demo fleet have teams.
+UNIX_USERS = {
+    "alice": ("llm", "Pretraining"), "bob": ("llm", "Pretraining"), "carol": ("llm", "Alignment"),
+    "dave": ("llm", "Alignment"), "erin": ("vision", "Detection"), "frank": ("vision", "Detection"),
+    "grace": ("vision", "Video generation"), "heidi": ("vision", "Video generation"),
+    "ivan": ("inference", "Serving"), "judy": ("inference", "Serving"), "wei": ("inference", "Evaluation"),
+    "lin": ("inference", "Evaluation"),
+}
+
+
+@dataclass(frozen=True)
+class DemoLogin:
+    username: str
+    role: str
+
+
+USERS = [
+    # username, full name, global group, [(team slug, role)]
+    ("admin", "Ada Admin", ADMIN_GROUP, []),
+    ("finance", "Fei Finance", FINANCE_GROUP, []),
+    ("lead-llm", "Li Lead", None, [("llm", TeamRole.LEAD)]),
+    ("eng-llm", "Eli Engineer", None, [("llm", TeamRole.ENGINEER)]),
+    ("lead-vision", "Vera Lead", None, [("vision", TeamRole.LEAD)]),
+    ("eng-vision", "Wang Engineer", None, [("vision", TeamRole.ENGINEER)]),
+    ("lead-inference", "Ines Lead", None, [("inference", TeamRole.LEAD)]),
+]
+
+
+def demo_gpu_uuid(hostname: str, index: int, mig_slot: int | None = None) -> str:
+    """Stable, NVML-shaped UUIDs (``GPU-…``, ``MIG-…``) so reloading finds the same GPUs."""
+    key = f"{hostname}/{index}" + ("" if mig_slot is None else f"/mig{mig_slot}")
+    prefix = "GPU" if mig_slot is None else "MIG"
+    return f"{prefix}-{uuid.uuid5(UUID_NAMESPACE, key)}"
+
+
+@transaction.atomic
+def load_demo(*, agents: dict | None = None, history_days: int | None = None) -> list[DemoLogin]:
+    """Load the data set. ``agents`` is the simulated fleet's token file (agents/fleet.py): hostname →
+    {"url", "token"}; its nodes get that URL and token so the collector can pull them. ``history_days``
+    business days of usage history (jobs, minute rollups, an outage) are generated before the agents'
+    backfill window (demo/history.py); None: from the first day of last month, so that last
+    month can be closed (demo/money.py) and this month is open; 0 generates none."""
+    models = {
+        short: GpuModel.objects.update_or_create(name=name, defaults={"short_name": short, "memory_mib": mib})[0]
+        for name, short, mib in GPU_MODELS
+    }
+    port = 9400
+    for prefix, pool, short, count in NODE_GROUPS:
+        for number in range(1, count + 1):
+            hostname = f"{prefix}-{number:02d}"
+            status = NodeStatus.MAINTENANCE if hostname == MAINTENANCE_NODE else NodeStatus.UP
+            agent = (agents or {}).get(hostname, {})
+            node, created = Node.objects.update_or_create(
+                hostname=hostname,
+                defaults={
+                    "pool": pool, "agent_url": agent.get("url", f"http://127.0.0.1:{port}"),
+                    "labels": {"rack": f"r{1 + port % 3}", "fabric": "ib" if pool == "train" else "eth"},
+                },
+            )
+            if agent.get("token") and node.agent_token != agent["token"]:
+                node.agent_token = agent["token"]
+                node.save(update_fields=["agent_token"])
+            if created or (node.status != status and status == NodeStatus.MAINTENANCE):
+                node_status_set(node=node, status=status, reason="demo data set")
+            port += 1
+            _load_gpus(node, models[short])
+    _load_teams_and_users()
+    load_demo_bookings()
+    now = timezone.now()
+    if history_days is None:
+        history_days = (business_day_of(now) - previous_month(business_day_of(now))).days
+    if history_days:
+        load_demo_history(days=history_days, now=now)
+        load_demo_money(now=now, history_end=history_window(days=history_days, now=now)[1])
+    return [DemoLogin(username, group or ", ".join(f"{r} of {t}" for t, r in teams)) for username, _n, group, teams in USERS]
+
+
+def _load_gpus(node: Node, model: GpuModel) -> None:
+    for index in range(GPUS_PER_NODE):
+        gpu, _created = Gpu.objects.update_or_create(
+            uuid=demo_gpu_uuid(node.hostname, index),
+            defaults={
+                "node": node, "index": index, "model": model, "memory_mib": model.memory_mib,
+                "pci_bus_id": f"00000000:{0x18 + index * 0x10:02X}:00.0",
+            },
+        )
+        if node.hostname == MIG_NODE and index == MIG_GPU_INDEX:
+            for slot, (profile, slices, mib) in enumerate(MIG_LAYOUT):
+                Gpu.objects.update_or_create(
+                    uuid=demo_gpu_uuid(node.hostname, index, slot),
+                    defaults={
+                        "node": node, "index": index, "model": model, "memory_mib": mib, "mig_parent": gpu,
+                        "mig_profile": profile, "share": share_from_fraction(f"{slices}/7"),
+                    },
+                )
+
+
+def _load_teams_and_users() -> None:
+    teams = {}
+    for name, slug, cost_centre, projects in TEAMS:
+        team, _created = Team.objects.update_or_create(slug=slug, defaults={"name": name, "cost_centre": cost_centre})
+        teams[slug] = team
+        for project in projects:
+            Project.objects.get_or_create(team=team, slug=slugify(project), defaults={"name": project})
+    for unix_user, (slug, project) in UNIX_USERS.items():
+        # get_or_create: a mapping an admin has since changed is left as it is
+        TeamIdentity.objects.get_or_create(
+            kind=IdentityKind.UNIX_USER, name=unix_user,
+            defaults={"team": teams[slug], "project": Project.objects.get(team=teams[slug], slug=slugify(project))},
+        )
+    user_model = get_user_model()
+    for username, full_name, group, memberships in USERS:
+        first, last = full_name.split(" ", 1)
+        user, created = user_model.objects.get_or_create(
+            username=username, defaults={"first_name": first, "last_name": last, "email": f"{username}@example.com"}
+        )
+        if created:
+            user.set_password(DEMO_PASSWORD)
+        user.is_staff = user.is_superuser = group == ADMIN_GROUP
+        user.save()
+        if group:
+            user.groups.add(Group.objects.get_or_create(name=group)[0])
+        for slug, role in memberships:
+            Membership.objects.update_or_create(user=user, team=teams[slug], defaults={"role": role})

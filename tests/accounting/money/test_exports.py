@@ -1,0 +1,146 @@
+"""CSV, XLSX and JSON exports (DESIGN.md §5): the same columns, numbers as numbers, no text a spreadsheet
+would run as a formula, times in the business zone. Files are read back with the csv module and openpyxl."""
+
+import csv
+import io
+import json
+from datetime import UTC, date, datetime
+from decimal import Decimal
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from openpyxl import load_workbook
+from openpyxl.cell.cell import ILLEGAL_CHARACTERS_RE
+
+from accounting.money.exports import FORMULA_PREFIXES, rows_as_json, safe_text, write_csv, write_xlsx
+
+COLUMNS = ["start", "team", "cost_centre", "card_hours", "note"]
+START = datetime(2026, 10, 31, 16, 0, tzinfo=UTC)  # 2026-11-01 00:00 in Shanghai
+ROWS = [
+    {"start": START, "team": "=HYPERLINK(\"http://evil.example\",\"click\")", "cost_centre": "CC-A1",
+     "card_hours": Decimal("12.5000"), "note": None},
+    {"start": START, "team": "-rm", "cost_centre": "+1", "card_hours": Decimal("-3.2500"), "note": "@SUM(A1)"},
+    {"start": START, "team": "\tTab", "cost_centre": "\rCR", "card_hours": 7, "note": "#N/A"},
+]
+
+
+def naive(*args) -> datetime:
+    """A datetime without a zone, as openpyxl reads one back (and as exports refuse)."""
+    return datetime(*args, tzinfo=UTC).replace(tzinfo=None)
+
+
+@pytest.fixture
+def shanghai(settings):
+    settings.CARDHOUR_BUSINESS_TIME_ZONE = "Asia/Shanghai"
+
+
+def csv_rows(columns, rows, **kwargs) -> list[list[str]]:
+    text = io.StringIO(newline="")
+    write_csv(columns, rows, text, **kwargs)
+    return list(csv.reader(io.StringIO(text.getvalue(), newline="")))
+
+
+def xlsx_sheet(columns, rows, **kwargs):
+    data = io.BytesIO()
+    write_xlsx(columns, rows, data, sheet_title=kwargs.pop("sheet_title", "usage"), **kwargs)
+    data.seek(0)
+    return load_workbook(data).active
+
+
+def test_csv_escapes_formula_text_and_keeps_numbers(shanghai):
+    header, *body = csv_rows(COLUMNS, ROWS)
+    assert header == COLUMNS
+    assert body == [
+        ["2026-11-01T00:00:00+08:00", "'=HYPERLINK(\"http://evil.example\",\"click\")", "CC-A1", "12.5000", ""],
+        ["2026-11-01T00:00:00+08:00", "'-rm", "'+1", "-3.2500", "'@SUM(A1)"],  # a negative number stays a number
+        ["2026-11-01T00:00:00+08:00", "'\tTab", "'\rCR", "7", "#N/A"],
+    ]
+
+
+def test_xlsx_has_numeric_cells_string_cells_and_no_formulas(shanghai):
+    sheet = xlsx_sheet(COLUMNS, ROWS)
+    assert sheet.title == "usage"
+    header, *body = list(sheet.iter_rows())
+    assert [cell.value for cell in header] == ["start (Asia/Shanghai)", "team", "cost_centre", "card_hours", "note"]
+    first, second, third = body
+    assert first[0].value == naive(2026, 11, 1, 0, 0) and first[0].is_date  # naive, in the business zone
+    assert first[1].value == "'=HYPERLINK(\"http://evil.example\",\"click\")" and first[1].data_type == "s"
+    assert (first[3].data_type, first[3].value, first[3].number_format) == ("n", 12.5, "0.0000")
+    assert (second[3].data_type, second[3].value) == ("n", -3.25)
+    assert [c.value for c in second[1:3]] + [second[4].value] == ["'-rm", "'+1", "'@SUM(A1)"]
+    assert first[4].value is None
+    assert (third[4].value, third[4].data_type) == ("#N/A", "s")  # text, not an error value
+    for row in sheet.iter_rows():
+        for cell in row:
+            assert cell.data_type != "f"
+            if cell.data_type == "s":
+                assert not cell.value.startswith(FORMULA_PREFIXES)
+
+
+def test_json_has_decimals_as_strings_and_times_with_the_offset(shanghai):
+    body = rows_as_json(COLUMNS, ROWS[:1], data_complete_to=START)
+    assert json.loads(json.dumps(body)) == {
+        "columns": COLUMNS,
+        "rows": [{"start": "2026-11-01T00:00:00+08:00", "team": ROWS[0]["team"], "cost_centre": "CC-A1",
+                  "card_hours": "12.5000", "note": None}],
+        "data_complete_to": "2026-11-01T00:00:00+08:00",
+    }
+
+
+def test_an_explicit_zone_wins_and_dates_stay_dates():
+    rows = [{"day": date(2026, 11, 1), "at": START}]
+    assert csv_rows(["day", "at"], rows, zone_name="Europe/Berlin")[1] == ["2026-11-01", "2026-10-31T17:00:00+01:00"]
+    sheet = xlsx_sheet(["day", "at"], rows, zone_name="Europe/Berlin")
+    assert [c.value for c in next(sheet.iter_rows())] == ["day", "at (Europe/Berlin)"]
+    assert sheet["B2"].value == naive(2026, 10, 31, 17, 0)
+
+
+def test_time_columns_name_the_zone_even_when_empty():
+    sheet = xlsx_sheet(["start", "data_complete_to"], [{"start": START, "data_complete_to": None}],
+                       time_columns=["start", "data_complete_to"])
+    assert [c.value for c in next(sheet.iter_rows())] == ["start (UTC)", "data_complete_to (UTC)"]
+
+
+def test_naive_times_and_non_finite_numbers_are_refused():
+    with pytest.raises(ValueError, match="naive"):
+        csv_rows(["at"], [{"at": naive(2026, 11, 1)}])
+    with pytest.raises(ValueError, match="naive"):
+        xlsx_sheet(["at"], [{"at": naive(2026, 11, 1)}])
+    with pytest.raises(ValueError, match="finite"):
+        csv_rows(["n"], [{"n": Decimal("NaN")}])
+
+
+def test_characters_xml_cannot_hold_are_replaced_in_xlsx_only():
+    rows = [{"text": "a\x00b\x1bc"}]
+    assert csv_rows(["text"], rows)[1] == ["a\x00b\x1bc"]
+    assert xlsx_sheet(["text"], rows)["A2"].value == "a\ufffdb\ufffdc"
+
+
+def test_a_sheet_title_is_made_valid():
+    assert xlsx_sheet(["a"], [], sheet_title="usage [by]: team/project?*").title == "usage _by__ team_project__"
+
+
+texts = st.text(alphabet=st.characters(blacklist_categories=("Cs",)), max_size=20)
+decimals = st.decimals(min_value=-10**9, max_value=10**9, places=4, allow_nan=False, allow_infinity=False)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(texts, decimals), min_size=1, max_size=5))
+def test_any_text_and_number_round_trip_safely(values):
+
+    rows = [{"text": text, "number": number} for text, number in values]
+    read = csv_rows(["text", "number"], rows, zone_name="UTC")[1:]
+    assert read == [[safe_text(text), format(number, "f")] for text, number in values]
+    sheet = xlsx_sheet(["text", "number"], rows, zone_name="UTC")
+    for (text, number), (text_cell, number_cell) in zip(values, list(sheet.iter_rows())[1:], strict=True):
+        assert text_cell.data_type != "f" and number_cell.data_type == "n"
+        assert Decimal(repr(number_cell.value)).quantize(Decimal("0.0001")) == number
+        expected = ILLEGAL_CHARACTERS_RE.sub("\ufffd", safe_text(text))
+        if text_cell.value is None:
+            assert expected == ""
+        else:
+            assert text_cell.value.replace("\r\n", "\n") == expected.replace("\r\n", "\n").replace("\r", "\n")
+            assert not text_cell.value.startswith(FORMULA_PREFIXES)
+    for text, _number in values:
+        assert not safe_text(text).startswith(FORMULA_PREFIXES)

@@ -1,0 +1,127 @@
+"""The sample ingest path: JSON lines → COPY → one validating, upserting statement."""
+
+import json
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from django.db import transaction
+
+from cluster.models import DirtyBucket, Gpu, Sample
+from cluster.telemetry.ingest import ingest_json_lines
+
+pytestmark = pytest.mark.django_db
+
+NOW = datetime(2026, 11, 2, 12, 0, tzinfo=UTC)
+T = int(NOW.timestamp())
+
+
+def record(uuid="GPU-h200-a-0", *, ts=T - 60, seq=1, **fields):
+    base = {
+        "seq": seq, "ts": ts, "gpu_uuid": uuid, "interval_s": 10, "util_gpu": 50.0, "util_gpu_max": 70.0,
+        "util_mem": 20.0, "mem_used_mib": 1000, "mem_total_mib": 143771, "power_w": 300.0, "energy_j": 3000.0,
+        "temp_c": 55, "sm_clock_mhz": 1980, "xid_count": 0, "ecc_dbe_count": 0, "processes": [],
+    }
+    base.update(fields)
+    return base
+
+
+def lines(*records) -> bytes:
+    return b"".join(json.dumps(r).encode() + b"\n" for r in records)
+
+
+def ingest(blob, node=None, **kwargs):
+    with transaction.atomic():
+        return ingest_json_lines(
+            blob, node_id=node.pk if node else None, now=NOW, max_future_s=600, max_age_s=7 * 86400, **kwargs
+        )
+
+
+def test_it_stores_good_records_and_marks_their_minutes_dirty(small_cluster):
+    node = small_cluster["nodes"][0]
+    result = ingest(lines(record(ts=T - 60, seq=1), record(ts=T - 50, seq=2), record("GPU-h200-a-1", seq=3)), node)
+    assert (result.seen, result.stored, result.rejected, result.max_seq) == (3, 3, {}, 3)
+    sample = Sample.objects.get(gpu__uuid="GPU-h200-a-0", ts=NOW - timedelta(seconds=60))
+    assert (sample.util_gpu, sample.mem_used_mib, sample.power_w, sample.processes) == (50.0, 1000, 300.0, None)
+    # [T-70, T-60) lies in the minute 11:58 (T-70 = 11:58:50) and 11:59 holds nothing of it: T-60 = 11:59:00.
+    buckets = set(DirtyBucket.objects.filter(gpu__uuid="GPU-h200-a-0").values_list("bucket", flat=True))
+    assert buckets == {NOW - timedelta(minutes=2), NOW - timedelta(minutes=1)}
+
+
+def test_a_record_straddling_minutes_dirties_both(small_cluster):
+    ingest(lines(record(ts=T - 30, interval_s=57)))
+    buckets = sorted(DirtyBucket.objects.values_list("bucket", flat=True))
+    assert buckets == [NOW - timedelta(minutes=2), NOW - timedelta(minutes=1)]
+
+
+def test_a_repeated_record_changes_nothing(small_cluster):
+    blob = lines(record(seq=1), record(ts=T - 50, seq=2))
+    assert ingest(blob).stored == 2
+    DirtyBucket.objects.all().delete()
+    again = ingest(lines(record(seq=1, util_gpu=99.0), record(ts=T - 50, seq=2)))
+    assert (again.seen, again.stored) == (2, 0)
+    assert Sample.objects.get(ts=NOW - timedelta(seconds=60)).util_gpu == 50.0
+    assert not DirtyBucket.objects.exists()
+
+
+@pytest.mark.parametrize(
+    ("fields", "reason"),
+    [
+        ({"util_gpu": 101}, "util_gpu: above 100"),
+        ({"util_gpu": -1}, "util_gpu: below 0"),
+        ({"util_gpu": "busy"}, "util_gpu: not a number"),
+        ({"mem_used_mib": -5}, "mem_used_mib: below 0"),
+        ({"mem_used_mib": 12.5}, "mem_used_mib: not a whole number"),
+        ({"gpu_uuid": "GPU-nobody"}, "gpu_uuid: unknown GPU"),
+        ({"gpu_uuid": None}, "gpu_uuid: missing or not a string"),
+        ({"xid_count": 1.5}, "xid_count: not a whole number"),
+        ({"seq": "x"}, "seq: missing or not a number"),
+        ({"ts": T + 601}, "ts: too far in the future"),
+        ({"ts": T - 7 * 86400 - 1}, "ts: older than the agent spool keeps"),
+        ({"ts": "yesterday"}, "ts: missing or not a number"),
+        ({"interval_s": 0}, "interval_s: not a whole number of seconds in 1..3600"),
+        ({"processes": "many"}, "processes: not a list"),
+        ({"temp_c": 500}, "temp_c: above 200"),
+    ],
+)
+def test_a_bad_record_is_rejected_with_its_reason_and_the_rest_stored(small_cluster, fields, reason):
+    result = ingest(lines(record(seq=1), record(**{"seq": 2, "ts": T - 50, **fields}), record(ts=T - 40, seq=3)))
+    assert result.rejected == {reason: 1}
+    assert result.stored == 2
+    assert result.max_seq == 3
+    assert Sample.objects.count() == 2
+
+
+def test_a_record_of_another_nodes_gpu_is_unknown_to_this_node(small_cluster):
+    node_a, _node_b, _ = small_cluster["nodes"]
+    result = ingest(lines(record("GPU-h200-b-0")), node_a)
+    assert result.rejected == {"gpu_uuid: unknown GPU": 1}
+
+
+def test_nulls_stay_null_and_processes_are_kept(small_cluster):
+    procs = [{"pid": 42, "user": "alice", "used_mib": 900, "job_ref": "job_7", "gi_id": None, "ci_id": None}]
+    ingest(lines(record(util_gpu=None, util_gpu_max=None, power_w=None, energy_j=None, processes=procs)))
+    sample = Sample.objects.get()
+    assert (sample.util_gpu, sample.power_w, sample.energy_j) == (None, None, None)
+    assert sample.processes == procs
+
+
+def test_a_line_that_is_not_json_fails_the_whole_page(small_cluster):
+    import psycopg
+
+    with pytest.raises(psycopg.DataError):
+        ingest(lines(record(seq=1)) + b"{not json\n")
+    assert not Sample.objects.exists()
+
+
+def test_new_xid_and_ecc_events_are_reported_per_gpu(small_cluster):
+    result = ingest(lines(record(seq=1, xid_count=2), record(ts=T - 50, seq=2, xid_count=1, ecc_dbe_count=1)))
+    gpu = Gpu.objects.get(uuid="GPU-h200-a-0")
+    assert result.gpu_errors == {gpu.pk: (3, 1)}
+
+
+def test_the_ingest_is_one_statement_after_the_copy(small_cluster, django_assert_max_num_queries):
+    blob = lines(*(record(ts=T - 600 + 10 * i, seq=i) for i in range(50)))
+    # staging DDL, savepoint, the ingest, release (COPY is not counted): none per record
+    with django_assert_max_num_queries(4):
+        result = ingest_json_lines(blob, node_id=None, now=NOW, max_future_s=600, max_age_s=7 * 86400)
+    assert result.stored == 50

@@ -1,0 +1,142 @@
+"""The demo's month of usage history (demo/history.py), over two days so it runs fast: a minute
+rollup for every physical GPU and minute but the known holes, scheduler-like jobs, a status history that
+starts with the window, every state in the daily aggregates, GPU days that add up to capacity, a usage
+report that adds up, and a second load that adds nothing."""
+
+from collections import Counter, defaultdict
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
+
+import pytest
+import time_machine
+from django.db import connection
+from django.db.models import Count, Max, Sum
+from django.db.models.functions import TruncHour
+
+from accounting.models import DailyUnplacedUsage, DailyUsage
+from accounting.usage.report import usage_report
+from accounting.usage.states import STATES
+from cluster.models import Allocation, Gpu, GpuHold, HoldKind, HourRollup, Job, MinuteRollup, NodeStatusPeriod
+from cluster.telemetry.selectors import business_day_bounds, business_today
+from demo.cluster import UNIX_USERS, load_demo
+from demo.history import HISTORY_LAG, OUTAGE, SAMPLE_GAP, history_window, incident_range, load_demo_history
+
+DAYS = 2
+TICKS_PER_GPU_DAY = 24 * 3600 * 840_000
+NOW = datetime(2026, 11, 3, 4, 0, tzinfo=UTC)  # noon in Shanghai
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture(autouse=True)
+def frozen_clock():
+    """The history is dated by the clock (``load_demo`` reads it): one fixed moment for every test, so a
+    second load cannot fall in another minute or day."""
+    with time_machine.travel(NOW, tick=False):
+        yield
+
+
+@pytest.fixture
+def shanghai(settings):
+    settings.CARDHOUR_BUSINESS_TIME_ZONE = "Asia/Shanghai"  # as `make demo` runs
+
+
+@pytest.fixture
+def history(shanghai):
+    load_demo(history_days=0)
+    return NOW, load_demo_history(days=DAYS, now=NOW)
+
+
+def minutes(lo, hi) -> int:
+    return max(0, int((hi - lo) / timedelta(minutes=1)))
+
+
+def test_every_physical_gpu_has_a_rollup_every_minute_but_the_outage_the_gap_and_maintenance(history):
+    now, result = history
+    start, end = history_window(days=DAYS, now=now)
+    physical = Gpu.objects.filter(mig_parent__isnull=True)
+    holes: dict[int, list] = defaultdict(list)
+    for host, lo, hi in (incident_range(OUTAGE, days=DAYS, now=now), incident_range(SAMPLE_GAP, days=DAYS, now=now)):
+        for gpu_id in physical.filter(node__hostname=host).values_list("pk", flat=True):
+            holes[gpu_id].append((lo, hi))
+    for gpu_id, during in GpuHold.objects.filter(kind=HoldKind.MAINTENANCE, during__overlap=(start, end)).values_list(
+            "gpu_id", "during"):
+        holes[gpu_id].append((max(start, during.lower), min(end, during.upper)))
+    expected = {gpu_id: minutes(start, end) - sum(minutes(lo, hi) for lo, hi in holes[gpu_id])
+                for gpu_id in physical.values_list("pk", flat=True)}
+    counts = dict(MinuteRollup.objects.filter(bucket__gte=start, bucket__lt=end).values_list("gpu").annotate(Count("bucket")))
+    assert counts == expected
+    assert len(expected) == 64 and result["minute_rollups"] == sum(expected.values()) == MinuteRollup.objects.count()
+    assert MinuteRollup.objects.aggregate(last=Max("bucket"))["last"] < now - HISTORY_LAG  # clear of the agents' backfill
+    hours = MinuteRollup.objects.annotate(hour=TruncHour("bucket")).values("gpu", "hour").distinct().count()
+    assert HourRollup.objects.count() == result["hour_rollups"] == hours
+
+
+def test_the_jobs_are_the_demo_users_on_named_gpus_that_never_overlap(history):
+    jobs = Job.objects.all()
+    assert jobs.count() > 40 and all(job.external_id.startswith("demo-") and job.source == "slurm" for job in jobs)
+    for job in jobs.select_related("team", "project"):
+        team, project = UNIX_USERS[job.user]
+        assert (job.team.slug, job.project.name) == (team, project)
+    placed = Allocation.objects.filter(gpu__isnull=False)
+    assert all(a.gpu.node.hostname == a.job.node_list for a in placed.select_related("gpu__node", "job"))
+    assert placed.filter(gpu__mig_parent__isnull=False).exists(), "jobs on the MIG slices"
+    assert Allocation.objects.filter(gpu__isnull=True, gpu_model__isnull=False).exists(), "unplaced (sacct-like) jobs"
+    with connection.cursor() as cursor:
+        cursor.execute("""
+            SELECT count(*) FROM cluster_allocation a JOIN cluster_allocation b
+              ON a.gpu_id = b.gpu_id AND a.id < b.id AND tstzrange(a.start, a."end") && tstzrange(b.start, b."end")""")
+        assert cursor.fetchone()[0] == 0
+
+
+def test_the_status_history_starts_with_the_window_and_keeps_one_open_period(history):
+    now, _result = history
+    start, _end = history_window(days=DAYS, now=now)
+    host, lo, hi = incident_range(OUTAGE, days=DAYS, now=now)
+    for node_id in NodeStatusPeriod.objects.values_list("node", flat=True).distinct():
+        periods = list(NodeStatusPeriod.objects.filter(node=node_id).order_by("started_at"))
+        assert periods[0].started_at == start
+        assert [p.ended_at for p in periods[:-1]] == [p.started_at for p in periods[1:]]
+        assert periods[-1].ended_at is None and all(p.ended_at for p in periods[:-1])
+    outage = NodeStatusPeriod.objects.get(status="unreachable")
+    assert (outage.node.hostname, outage.started_at, outage.ended_at) == (host, lo, hi)
+    assert NodeStatusPeriod.objects.get(node__hostname="gpu-l40s-02", ended_at__isnull=True).status == "maintenance"
+
+
+def test_every_state_appears_and_each_gpu_day_adds_up_to_capacity(history):
+    now, _result = history
+    assert set(DailyUsage.objects.values_list("state", flat=True)) == set(STATES)
+    assert DailyUnplacedUsage.objects.exists()
+    today = business_today(now=now)
+    whole_days = [today - timedelta(days=n) for n in range(DAYS, 0, -1)]
+    per_gpu_day = Counter({(gpu, day): ticks for gpu, day, ticks in DailyUsage.objects.filter(day__in=whole_days)
+                           .values_list("gpu", "day").annotate(Sum("ticks"))})
+    physical = Gpu.objects.filter(mig_parent__isnull=True).values_list("pk", flat=True)
+    assert per_gpu_day == Counter({(gpu, day): TICKS_PER_GPU_DAY for gpu in physical for day in whole_days})
+
+
+def test_the_usage_report_adds_up(history):
+    now, _result = history
+    today = business_today(now=now)
+    start, end = business_day_bounds(today - timedelta(days=DAYS))[0], business_day_bounds(today)[0]
+    report = usage_report(start=start, end=end, by="gpu_model", now=now)
+    gpus_of_model = Counter(Gpu.objects.filter(mig_parent__isnull=True).values_list("model__short_name", flat=True))
+    assert {row["gpu_model"] for row in report.rows} == set(gpus_of_model)
+    for row in report.rows:
+        assert row["card_hours_busy"] + row["card_hours_idle"] + row["card_hours_unmeasured"] == row["card_hours_allocated"]
+        assert (row["card_hours_allocated"] + row["card_hours_unallocated"] + row["card_hours_down"]
+                == row["capacity_card_hours"] == Decimal(24 * DAYS * gpus_of_model[row["gpu_model"]]))
+        assert row["card_hours_busy"] > row["card_hours_idle"] > 0 and row["card_hours_unallocated"] > 0
+    teams = usage_report(start=start, end=end, by="team", now=now)
+    assert {row["team"] for row in teams.rows} == {"LLM Training", "Vision Research", "Inference Platform"}
+    for row in teams.rows:
+        assert row["card_hours_busy"] + row["card_hours_idle"] + row["card_hours_unmeasured"] == row["card_hours_allocated"]
+
+
+def test_loading_twice_adds_nothing(shanghai):
+    load_demo(history_days=DAYS)
+    tables = (Job, Allocation, MinuteRollup, HourRollup, NodeStatusPeriod, DailyUsage, DailyUnplacedUsage)
+    counts = [model.objects.count() for model in tables]
+    assert all(counts)
+    load_demo(history_days=DAYS)
+    assert [model.objects.count() for model in tables] == counts
+    assert load_demo_history(days=DAYS)["skipped"]
