@@ -23,7 +23,7 @@ class LoginForm(AuthenticationForm):
 
 class LoginView(auth_views.LoginView):
     form_class = LoginForm
-    template_name = "accounting/login.html"
+    template_name = "teams/login.html"
     redirect_authenticated_user = True
 
 
@@ -53,7 +53,7 @@ def token_list(request):
         )
         form = TokenForm()
     tokens = ApiToken.objects.filter(user=request.user).order_by("-created_at")
-    return render(request, "accounting/token_list.html", {"form": form, "tokens": tokens, "new_token": new_token})
+    return render(request, "teams/token_list.html", {"form": form, "tokens": tokens, "new_token": new_token})
 
 
 @login_required
