@@ -1,0 +1,1 @@
+"""Warnings that reach people: notifications, daily digests, e-mail and webhooks."""

@@ -1,0 +1,1 @@
+"""Card-hour quotas: overflow between quotas, the burn forecast and run-out, and the warnings."""
