@@ -27,12 +27,12 @@ def close_period(period: str | None = None) -> dict:
 
     from django.utils import timezone
 
-    from accounting.money.close import CloseRefused, parse_period, previous_month
+    from accounting.money.close import CloseRefused, parse_period
     from accounting.money.close import close_period as close
-    from accounting.usage.services import business_day_of
+    from core.timeutils import business_today, previous_month
 
     now = timezone.now()
-    first = parse_period(period) if period else previous_month(business_day_of(now))
+    first = parse_period(period) if period else previous_month(business_today(now=now))
     with advisory_lock("accounting.close_period") as locked:
         if not locked:
             return {}

@@ -16,7 +16,7 @@ from accounting.models import LedgerEntry, Quota, RateCard
 from accounting.money.close import close_period
 from bench.usage import _MONTH_UNPLACED, _MONTH_USAGE, MONTH, _cluster, _group_once
 from cluster.models import CollectionState, GpuModel, Node
-from cluster.telemetry.selectors import business_day_bounds
+from core.timeutils import business_day_bounds
 
 RUNS = 3
 

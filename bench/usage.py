@@ -26,7 +26,7 @@ from django.db.backends.postgresql.psycopg_any import DateTimeTZRange
 from accounting.usage.report import usage_report
 from accounting.usage.services import aggregate_day
 from cluster.models import Allocation, Booking, Gpu, GpuHold, GpuModel, HoldKind, Job, Node, NodeStatusPeriod
-from cluster.telemetry.selectors import business_day_bounds
+from core.timeutils import business_day_bounds
 from core.units import WHOLE_GPU_SHARE
 from teams.models import Project, Team
 

@@ -13,11 +13,10 @@ from django.db import transaction
 from django.utils import timezone
 from django.utils.text import slugify
 
-from accounting.money.close import previous_month
-from accounting.usage.services import business_day_of
 from cluster.choices import NodeStatus
 from cluster.models import Gpu, GpuModel, IdentityKind, Node, TeamIdentity
 from cluster.status.services import node_status_set
+from core.timeutils import business_today, previous_month
 from core.units import share_from_fraction
 from demo.bookings import load_demo_bookings
 from demo.history import history_window, load_demo_history
@@ -125,7 +124,8 @@ def load_demo(*, agents: dict | None = None, history_days: int | None = None) ->
     load_demo_bookings()
     now = timezone.now()
     if history_days is None:
-        history_days = (business_day_of(now) - previous_month(business_day_of(now))).days
+        today = business_today(now=now)
+        history_days = (today - previous_month(today)).days
     if history_days:
         load_demo_history(days=history_days, now=now)
         load_demo_money(now=now, history_end=history_window(days=history_days, now=now)[1])

@@ -54,7 +54,7 @@ from cluster.models import (
     TeamIdentity,
 )
 from cluster.telemetry.rollups import EPOCH, ROLLUP_COLUMNS
-from cluster.telemetry.selectors import business_day_bounds, business_today
+from core.timeutils import business_day_bounds, business_today
 from core.units import WHOLE_GPU_SHARE
 
 HISTORY_LAG = timedelta(hours=7)  # the agents backfill the last 6 hours

@@ -11,11 +11,11 @@ from django.conf import settings
 from django.utils import timezone
 
 from accounting.models import DailyUnplacedUsage, DailyUsage, Quota, RateCard, Statement, StatementStatus
-from accounting.money.close import CloseRefused, close_period, month_days, previous_month
+from accounting.money.close import CloseRefused, close_period
 from accounting.quotas.watch import quota_alerts
-from accounting.usage.services import business_day_of
 from accounting.usage.states import ALLOCATED_STATES
 from cluster.models import CollectionState, GpuModel, Node
+from core.timeutils import business_today, month_days, previous_month
 from core.units import TICKS_PER_CARD_HOUR
 from teams.models import Team
 
@@ -28,7 +28,7 @@ QUOTAS = {"llm": (None, Decimal("1.09")), "vision": ("H100", Decimal("1.9")), "i
 
 def load_demo_money(*, now: datetime | None = None, history_end: datetime | None = None) -> dict:
     now = now or timezone.now()
-    this_month = business_day_of(now).replace(day=1)
+    this_month = month_days(business_today(now=now))[0]
     last_month = previous_month(this_month)
     _rate_cards(last_month)
     _quotas(this_month, now)
@@ -63,7 +63,7 @@ def _rate_cards(last_month: date) -> None:
 
 def _quotas(this_month: date, now: datetime) -> None:
     following = month_days(this_month)[1]
-    today = business_day_of(now)
+    today = business_today(now=now)
     for slug, (model_name, share) in QUOTAS.items():
         team = Team.objects.filter(slug=slug).first()
         model = GpuModel.objects.filter(short_name=model_name).first() if model_name else None

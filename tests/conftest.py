@@ -70,6 +70,7 @@ CLOCK_MODULES = frozenset({
     "cluster/jobs/test_observed_usage.py",
     "accounting/usage/test_replay.py",
     "core/test_time_window.py",
+    "core/test_timeutils.py",
 })
 
 

@@ -10,7 +10,7 @@ under a statement; reopening it with a reason; closing it again books only rever
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import date, datetime, timedelta
+from datetime import date, datetime
 from decimal import Decimal
 
 from django.conf import settings
@@ -48,7 +48,7 @@ from accounting.usage.selectors import data_complete_to
 from accounting.usage.services import usage_process
 from accounting.usage.states import ALLOCATED_STATES
 from cluster.models import GpuModel, Node
-from cluster.telemetry.selectors import business_day_bounds
+from core.timeutils import business_day_bounds, month_days
 from core.timewindow import OutsideWindow, check_date_in_window, window_message
 
 
@@ -58,18 +58,6 @@ class CloseRefused(Exception):
     def __init__(self, problems: Sequence[str]):
         super().__init__("; ".join(problems))
         self.problems = list(problems)
-
-
-def month_days(period: date) -> tuple[date, date]:
-    """[first business day, first day of the next month) of the month holding ``period``."""
-    first = period.replace(day=1)
-    following = (first.replace(day=28) + timedelta(days=4)).replace(day=1)
-    return first, following
-
-
-def previous_month(day: date) -> date:
-    """The first day of the month before ``day``'s."""
-    return (day.replace(day=1) - timedelta(days=1)).replace(day=1)
 
 
 def parse_period(text: str) -> date:

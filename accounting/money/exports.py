@@ -31,7 +31,7 @@ from openpyxl.cell import WriteOnlyCell
 from openpyxl.cell.cell import ILLEGAL_CHARACTERS_RE
 from openpyxl.styles import Font
 
-from cluster.telemetry.selectors import business_zone
+from core.timeutils import business_zone
 
 FORMULA_PREFIXES = ("=", "+", "-", "@", "\t", "\r")
 XLSX_MEDIA_TYPE = "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet"

@@ -38,10 +38,11 @@ from django.db.models import Exists, OuterRef, QuerySet
 from django.utils import timezone
 
 from accounting.models import LedgerEntry, LedgerKind, Statement, StatementStatus
-from accounting.money.close import month_days, priced_entries
+from accounting.money.close import priced_entries
 from accounting.money.pricing import ENERGY, Entry, Line, card_hours, lines_of
 from cluster.models import GpuModel
 from core.money import MINOR_UNITS
+from core.timeutils import month_days
 from teams.models import Project, Team
 from teams.roles import sees_all_teams
 
@@ -264,7 +265,7 @@ def priced_usage(*, period: date | None = None, start: date | None = None, end: 
     currency = settings.CARDHOUR_CURRENCY
     by_month: dict[date, list[Entry]] = defaultdict(list)
     for entry in entries:
-        by_month[entry.day.replace(day=1)].append(entry)
+        by_month[month_days(entry.day)[0]].append(entry)
     names = names_of(entries)
     rows = []
     for month in sorted(by_month):

@@ -26,7 +26,7 @@ from django.utils.translation import gettext as _
 from django.views.decorators.http import require_GET, require_POST
 
 from accounting.models import ChargePolicy, MoneyChange, RateCard, Statement, StatementStatus
-from accounting.money.close import CloseRefused, close_period, month_days, previous_month, reopen_period
+from accounting.money.close import CloseRefused, close_period, reopen_period
 from accounting.money.exports import download_response
 from accounting.money.forms import (
     CloseForm,
@@ -47,7 +47,7 @@ from accounting.money.statements import (
     total_of,
 )
 from accounting.usage.report import usage_report
-from cluster.telemetry.selectors import business_day_bounds, business_today
+from core.timeutils import business_day_bounds, business_today, month_days, previous_month
 from teams.roles import sees_all_teams
 
 AUDIT_ROWS = 10

@@ -27,7 +27,6 @@ from decimal import Decimal
 from fractions import Fraction
 
 from django.db.models import QuerySet, Sum
-from django.utils import timezone
 
 from accounting.models import DailyUnplacedUsage, DailyUsage, Quota
 from accounting.quotas.rules import (
@@ -44,11 +43,11 @@ from accounting.quotas.rules import (
     overflow_split,
     ticks_from_card_hours,
 )
-from accounting.usage.services import business_day_of, business_days, unplaced_of_window, usage_of_window
+from accounting.usage.services import unplaced_of_window, usage_of_window
 from accounting.usage.states import ALLOCATED_STATES, UNMEASURED
 from cluster.bookings.slots import epoch
 from cluster.models import Gpu
-from cluster.telemetry.selectors import business_day_bounds
+from core.timeutils import business_day_bounds, business_days, business_today
 from core.timewindow import clamp_date_to_window
 from teams.models import Team
 
@@ -116,7 +115,7 @@ def quota_statuses(*, quotas: Sequence[Quota], today: date | None = None,
     quotas = list(quotas)
     if not quotas:
         return []
-    today = today or business_day_of(now or timezone.now())
+    today = today or business_today(now=now)
     first = min(quota.period_start for quota in quotas)
     following = max(_counted_until(quota, today) for quota in quotas)
     per_day = _allocated_per_day({quota.team_id for quota in quotas}, first, following)
@@ -229,7 +228,7 @@ def team_overflow(*, team_ids: Iterable[int], start: datetime, end: datetime, no
 
 
 def _days(start: datetime, end: datetime, now: datetime) -> list[date]:
-    today = business_day_of(now)
+    today = business_today(now=now)
     return [day for day in business_days(start, end) if day <= today]
 
 

@@ -12,10 +12,10 @@ from django.utils.translation import ngettext
 
 from accounting.models import Quota
 from accounting.quotas.selectors import QuotaStatus, quota_statuses
-from accounting.usage.services import business_day_of
 from cluster.choices import AlertKind, AlertSubject, AlertTier
 from cluster.models import Alert
 from cluster.status.services import alert_close, alert_raise
+from core.timeutils import business_today
 
 THRESHOLD_KINDS = {50: AlertKind.QUOTA_50, 75: AlertKind.QUOTA_75, 90: AlertKind.QUOTA_90, 100: AlertKind.QUOTA_100}
 QUOTA_KINDS = (*THRESHOLD_KINDS.values(), AlertKind.QUOTA_EXPIRY)
@@ -59,7 +59,7 @@ def _details(status: QuotaStatus) -> dict:
 
 def quota_alerts(*, now: datetime) -> dict:
     """Raise, refresh and close the quota alerts as of ``now``. Returns counts of what changed."""
-    today = business_day_of(now)
+    today = business_today(now=now)
     opened = closed = 0
     active = list(
         Quota.objects.filter(period_start__lte=today, expires__gt=today).select_related("team", "gpu_model")

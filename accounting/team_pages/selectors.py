@@ -26,19 +26,17 @@ from django.db.models import Case, F, IntegerField, Q, Sum, Value, When
 from django.utils.translation import gettext
 
 from accounting.models import DailyUnplacedUsage, DailyUsage, Quota
-from accounting.money.close import month_days
 from accounting.money.statements import TOTAL_KIND, cost_team_ids, priced_usage
 from accounting.quotas.selectors import QuotaStatus, quota_statuses
 from accounting.usage.report import row_figures, usage_report
-from accounting.usage.services import business_day_of
 from accounting.usage.states import ALLOCATED_STATES, BUSY, UNMEASURED
 from cluster.choices import AlertKind, AlertSubject, AlertTier
 from cluster.jobs.kpis import AllocationSpan, MinuteUsage, job_usage, percent
 from cluster.jobs.kpis import card_hours as kpi_card_hours
 from cluster.jobs.selectors import spans_of
 from cluster.models import Alert, Allocation, Job, MinuteRollup
-from cluster.telemetry.selectors import business_day_bounds
 from core.money import MINOR_UNITS
+from core.timeutils import business_day_bounds, business_today, month_days
 from teams.models import Team
 
 TREND_DAYS = 30
@@ -63,7 +61,7 @@ class MonthWindow:
 
 
 def month_window(*, now: datetime) -> MonthWindow:
-    today = business_day_of(now)
+    today = business_today(now=now)
     first, _following = month_days(today)
     return MonthWindow(first=first, today=today, start=business_day_bounds(first)[0], end=business_day_bounds(today)[1])
 

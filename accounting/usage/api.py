@@ -17,8 +17,8 @@ from rest_framework.views import APIView
 
 from accounting.money.exports import XLSX_MEDIA_TYPE, download_response
 from accounting.usage.report import BY_CHOICES, TIME_COLUMNS, usage_report, window_problems
-from accounting.usage.services import business_day_of
 from core.api import ApiErrorSerializer, AwareDateTimeField
+from core.timeutils import business_day_of
 
 FORMATS = ("json", "csv", "xlsx")
 

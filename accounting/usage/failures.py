@@ -24,7 +24,7 @@ from accounting.usage.inputs import allocations_in_window
 from cluster.choices import AlertKind, AlertSubject, AlertTier
 from cluster.models import Alert, Allocation, Gpu, Job
 from cluster.status.services import alert_close, alert_raise
-from cluster.telemetry.selectors import business_day_bounds
+from core.timeutils import business_day_bounds
 from core.timewindow import WINDOW_TEXT, rfc3339_utc
 
 UNPLACED_SUBJECT = (AlertSubject.JOB, 0)  # the day's unplaced usage: it has no GPU

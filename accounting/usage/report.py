@@ -71,11 +71,11 @@ from django.utils.translation import gettext as _
 from accounting.models import DailyUnplacedUsage, DailyUsage, UsageDirty
 from accounting.money.exports import json_value, rows_as_json
 from accounting.usage.selectors import data_complete_to
-from accounting.usage.services import business_day_of, unplaced_of_window, usage_of_window
+from accounting.usage.services import unplaced_of_window, usage_of_window
 from accounting.usage.states import ALLOCATED_STATES, STATES, UNMEASURED
 from cluster.models import DirtyBucket, Gpu
 from cluster.telemetry.rollups import floor_minute
-from cluster.telemetry.selectors import business_day_bounds, business_zone
+from core.timeutils import business_day_bounds, business_day_of, business_today, business_zone
 from core.units import TICKS_PER_CARD_HOUR
 from teams.models import Project, Team
 from teams.roles import sees_all_teams
@@ -320,7 +320,7 @@ def _collect(*, start, end, by, user, now) -> tuple[dict[Hashable, Counter], dic
     out: dict[Hashable, Counter] = defaultdict(Counter)
     days, edges = whole_days_and_edges(start, end)
     if days is not None:
-        first, last = days[0], min(days[1], business_day_of(now))
+        first, last = days[0], min(days[1], business_today(now=now))
         if first <= last:
             _add_days(out, by, first, last)
     for lo, hi in edges:

@@ -29,28 +29,14 @@ from accounting.usage.states import settle_claims, split_energy, split_states
 from cluster.bookings.slots import epoch
 from cluster.models import Gpu
 from cluster.telemetry.rollups import floor_minute
-from cluster.telemetry.selectors import business_day_bounds, business_zone
-from core.timewindow import WINDOW_START, clamp_to_window
+from core.timeutils import business_day_bounds, business_day_of, business_days, business_today
+from core.timewindow import WINDOW_START
 from core.units import WHOLE_GPU_SHARE
 
 logger = logging.getLogger(__name__)
 
 GpuKey = tuple[int, str, int | None, int | None]  # (gpu id, state, team id, project id)
 UnplacedKey = tuple[int, int | None, int | None]  # (team id, project id, GPU model id)
-
-
-def business_day_of(moment: datetime) -> date:
-    return timezone.localtime(moment, business_zone()).date()
-
-
-def business_days(start: datetime, end: datetime) -> list[date]:
-    """The business days that ``[start, end)`` touches, in order; clamped to the supported window first,
-    so a stored year-1 time neither overflows the calendar nor asks for 700,000 days."""
-    start, end = clamp_to_window(start), clamp_to_window(end)
-    if end <= start:
-        return []
-    first, last = business_day_of(start), business_day_of(end - timedelta(microseconds=1))
-    return [first + timedelta(days=n) for n in range((last - first).days + 1)]
 
 
 def usage_of_window(*, start: datetime, end: datetime, now: datetime, gpu_ids: Sequence[int] | None = None,
@@ -143,7 +129,7 @@ def _sort_key(item):
 def usage_recompute(*, start: datetime, end: datetime, now: datetime | None = None) -> list[date]:
     """Rebuild every business day that ``[start, end)`` touches, up to today."""
     now = now or timezone.now()
-    days = [day for day in business_days(start, min(end, now)) if day <= business_day_of(now)]
+    days = [day for day in business_days(start, min(end, now)) if day <= business_today(now=now)]
     for day in days:
         aggregate_day(day=day, now=now)
     return days
@@ -197,7 +183,7 @@ def usage_process(*, now: datetime | None = None, batch: int = 20_000) -> dict:
     now = now or timezone.now()
     state, _created = UsageAggregateState.objects.get_or_create(id=1)
     open_from = business_day_of(max(state.aggregated_to or now, WINDOW_START))
-    today = business_day_of(now)
+    today = business_today(now=now)
     open_days = [open_from + timedelta(days=n) for n in range((today - open_from).days + 1)]
     failures = UsageFailures(now=now)
     redone: set[date] = set()

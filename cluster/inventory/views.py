@@ -9,14 +9,8 @@ from django.utils.translation import gettext
 from cluster.inventory.filters import FIRST_DAY, NodeDayForm, NodeFilterForm, nodes_with_gpus
 from cluster.inventory.selectors import inventory_summary
 from cluster.telemetry import charts
-from cluster.telemetry.selectors import (
-    business_day_bounds,
-    business_today,
-    epoch_ms,
-    node_day_series,
-    node_health,
-    still_filling_from,
-)
+from cluster.telemetry.selectors import node_day_series, node_health, still_filling_from
+from core.timeutils import business_day_bounds, business_today, epoch_ms
 
 
 @login_required

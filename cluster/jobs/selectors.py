@@ -25,7 +25,7 @@ from django.utils.translation import gettext
 
 from cluster.jobs.kpis import AllocationSpan, MinuteUsage, RunRecord
 from cluster.models import Allocation, AllocationOrigin, Job, JobState, MinuteRollup
-from cluster.telemetry.selectors import business_day_bounds
+from core.timeutils import business_day_bounds
 from teams.models import ApiToken, Team
 from teams.roles import is_admin
 from teams.tokens import ApiTokenKind

@@ -33,7 +33,8 @@ from cluster.jobs.selectors import (
 )
 from cluster.models import Job, JobState
 from cluster.telemetry import charts
-from cluster.telemetry.selectors import epoch_ms, still_filling_from
+from cluster.telemetry.selectors import still_filling_from
+from core.timeutils import epoch_ms
 from core.units import TICKS_PER_GPU_SECOND
 
 JOBS_PER_PAGE = 50

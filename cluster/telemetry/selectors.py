@@ -3,13 +3,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import UTC, date, datetime, time, timedelta
-from zoneinfo import ZoneInfo
+from datetime import UTC, datetime
 
 import pandas as pd
-from django.conf import settings
 from django.db.models import F
-from django.utils import timezone
 from django.utils.translation import gettext
 
 from cluster.choices import AlertSubject, AlertTier
@@ -19,29 +16,6 @@ SERIES_COLUMNS = ["gpu", "bucket_ms", "util_mean", "util_max", "mem_used_max_mib
 STATUS_HISTORY_LENGTH = 20
 _EPOCH = pd.Timestamp(0, tz="UTC")
 _TIER_ORDER = {AlertTier.CRITICAL: 0, AlertTier.WARNING: 1, AlertTier.INFO: 2}
-
-
-def business_zone() -> ZoneInfo:
-    return ZoneInfo(settings.CARDHOUR_BUSINESS_TIME_ZONE)
-
-
-def business_today(*, now: datetime | None = None) -> date:
-    """Today's date in the business time zone (DESIGN.md §4)."""
-    return (now or timezone.now()).astimezone(business_zone()).date()
-
-
-def business_day_bounds(day: date) -> tuple[datetime, datetime]:
-    """``[start, end)`` of ``day`` in the business zone, as the UTC instants of its local midnights
-    (23 or 25 hours long on a daylight-saving change)."""
-    zone = business_zone()
-    start = datetime.combine(day, time.min, tzinfo=zone)
-    end = datetime.combine(day + timedelta(days=1), time.min, tzinfo=zone)
-    return start.astimezone(UTC), end.astimezone(UTC)
-
-
-def epoch_ms(moment: datetime) -> int:
-    """Milliseconds since the Unix epoch of an aware datetime (the charts' time unit, STYLE.md 6)."""
-    return int(moment.timestamp() * 1000)
 
 
 def still_filling_from(data_complete_to: datetime | None, *, now: datetime) -> datetime:

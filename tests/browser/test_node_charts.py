@@ -8,7 +8,7 @@ from playwright.sync_api import expect
 
 from cluster.choices import AlertKind, AlertSubject, AlertTier, NodeStatus
 from cluster.models import Alert, CollectionState, Gpu, MinuteRollup, Node, NodeStatusPeriod
-from cluster.telemetry.selectors import business_day_bounds, business_today
+from core.timeutils import business_day_bounds, business_today
 
 LOCAL_HOSTS = {"localhost", "127.0.0.1", "::1"}
 

@@ -6,8 +6,8 @@ from django.utils import timezone
 from playwright.sync_api import expect
 
 from accounting.models import DailyUsage, Quota
-from accounting.usage.services import business_day_of
 from cluster.models import Alert, Gpu
+from core.timeutils import business_day_of
 from teams.models import Project
 
 CARD_HOUR = 840_000 * 3600  # ticks

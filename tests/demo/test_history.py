@@ -17,7 +17,7 @@ from accounting.models import DailyUnplacedUsage, DailyUsage
 from accounting.usage.report import usage_report
 from accounting.usage.states import STATES
 from cluster.models import Allocation, Gpu, GpuHold, HoldKind, HourRollup, Job, MinuteRollup, NodeStatusPeriod
-from cluster.telemetry.selectors import business_day_bounds, business_today
+from core.timeutils import business_day_bounds, business_today
 from demo.cluster import UNIX_USERS, load_demo
 from demo.history import HISTORY_LAG, OUTAGE, SAMPLE_GAP, history_window, incident_range, load_demo_history
 

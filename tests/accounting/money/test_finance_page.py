@@ -19,7 +19,7 @@ from accounting.money.statements import TOTAL_KIND, priced_usage, statement_rows
 from accounting.usage.report import usage_report
 from accounting.usage.services import usage_process
 from cluster.models import CollectionState, GpuModel
-from cluster.telemetry.selectors import business_day_bounds
+from core.timeutils import business_day_bounds
 from tests.accounting.money.test_close import AFTER, NOVEMBER, month  # noqa: F401 (the fixture)
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("month")]

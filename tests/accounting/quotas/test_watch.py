@@ -10,7 +10,7 @@ from accounting.quotas.rules import TICKS_PER_CARD_HOUR
 from accounting.quotas.watch import quota_alerts
 from cluster.choices import AlertKind, AlertSubject, AlertTier
 from cluster.models import Alert, Gpu
-from cluster.telemetry.selectors import business_day_bounds
+from core.timeutils import business_day_bounds
 
 pytestmark = pytest.mark.django_db
 

@@ -11,9 +11,10 @@ from django.db import connection
 
 from accounting.models import DailyUsage, Quota, UsageDirty
 from accounting.money.close import CloseRefused, close_period
-from accounting.usage.services import _days_to_redo, aggregate_day, business_days, usage_process
+from accounting.usage.services import _days_to_redo, aggregate_day, usage_process
 from cluster.choices import AlertKind, AlertSubject
 from cluster.models import Alert, Allocation, Job
+from core.timeutils import business_days
 from tests.accounting.usage.usage_day import DAY, NOW
 
 pytestmark = [pytest.mark.django_db, pytest.mark.clock]

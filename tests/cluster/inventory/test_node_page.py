@@ -11,13 +11,8 @@ from django.urls import reverse
 from cluster.choices import AlertKind, AlertSubject, AlertTier, NodeStatus
 from cluster.models import Alert, CollectionState, Gpu, MinuteRollup, Node, NodeStatusPeriod
 from cluster.telemetry import charts
-from cluster.telemetry.selectors import (
-    business_day_bounds,
-    business_today,
-    epoch_ms,
-    node_day_series,
-    node_health,
-)
+from cluster.telemetry.selectors import node_day_series, node_health
+from core.timeutils import business_day_bounds, business_today, epoch_ms
 from tests.conftest import T0
 
 pytestmark = pytest.mark.django_db

@@ -7,7 +7,8 @@ import pandas as pd
 import pytest
 
 from cluster.telemetry import charts
-from cluster.telemetry.selectors import SERIES_COLUMNS, epoch_ms
+from cluster.telemetry.selectors import SERIES_COLUMNS
+from core.timeutils import epoch_ms
 from tests.conftest import T0
 
 T0_MS = epoch_ms(T0)
