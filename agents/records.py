@@ -21,7 +21,8 @@ A record is a plain dict (JSON object) for one GPU (or MIG instance) and one sam
     processes      list?   [{pid, user, used_mib, job_ref, gi_id, ci_id}]: [] when none run, null when the
                            agent cannot tell (NVML refused the list)
 
-A field the GPU cannot give is null (None), never 0. Utilization of a MIG instance is null.
+A field the GPU cannot give is null (None), never 0. Utilization of a MIG instance is null. The ranges
+the collector accepts are :data:`FLOAT_RANGES`, :data:`INT_RANGES` and :data:`INTERVAL_S_RANGE`.
 """
 
 from __future__ import annotations
@@ -30,10 +31,29 @@ from typing import Any, Protocol
 
 Record = dict[str, Any]
 
-FLOAT_FIELDS = ("util_gpu", "util_gpu_max", "util_mem", "power_w", "energy_j")
-INT_FIELDS = ("mem_used_mib", "mem_total_mib", "temp_c", "sm_clock_mhz", "xid_count", "ecc_dbe_count")
-PROCESS_FIELDS = ("pid", "user", "used_mib", "job_ref", "gi_id", "ci_id")
-RECORD_FIELDS = ("ts", "gpu_uuid", "interval_s", *FLOAT_FIELDS, *INT_FIELDS, "processes")
+# The schema, once: the agent builds records from it and the collector (cluster/telemetry/ingest.py)
+# validates and stores them from it. A test holds the two together (tests/cluster/telemetry/test_ingest.py).
+
+INT_MAX = 2**31 - 1  # a PostgreSQL integer
+
+# Fields every record carries, never null, with their JSON type.
+REQUIRED_FIELDS: dict[str, type] = {"ts": int, "gpu_uuid": str, "interval_s": int}
+INTERVAL_S_RANGE = (1, 3600)  # whole seconds; the collector rejects a record outside it
+# The measurements, each null when unknown, with the range the collector accepts: (low, high), inclusive.
+FLOAT_RANGES: dict[str, tuple[float, float]] = {
+    "util_gpu": (0, 100), "util_gpu_max": (0, 100), "util_mem": (0, 100), "power_w": (0, 100_000),
+    "energy_j": (0, 1e12),
+}
+INT_RANGES: dict[str, tuple[int, int]] = {
+    "mem_used_mib": (0, INT_MAX), "mem_total_mib": (0, INT_MAX), "temp_c": (-100, 200),
+    "sm_clock_mhz": (0, 100_000), "xid_count": (0, INT_MAX), "ecc_dbe_count": (0, INT_MAX),
+}
+FLOAT_FIELDS = tuple(FLOAT_RANGES)
+INT_FIELDS = tuple(INT_RANGES)
+PROCESS_FIELDS = ("pid", "user", "used_mib", "job_ref", "gi_id", "ci_id")  # of each entry of ``processes``
+# What a backend's record holds, in this order; the spool adds SPOOL_FIELDS when it stores one.
+RECORD_FIELDS = (*REQUIRED_FIELDS, *FLOAT_FIELDS, *INT_FIELDS, "processes")
+SPOOL_FIELDS = ("seq",)
 
 
 def empty_record(*, ts: int, gpu_uuid: str, interval_s: int) -> Record:

@@ -29,12 +29,13 @@ from django.db import transaction
 from django.utils import timezone
 
 from agents.backends.replay import median_gap_interval, parse_time, replay_gpu_uuid
+from agents.records import FLOAT_RANGES, INT_RANGES, INTERVAL_S_RANGE
 from cluster.choices import GpuStatus
 from cluster.inventory.models import hostname_validator
 from cluster.inventory.sync import GpuModelNames
 from cluster.models import CollectionState, Gpu, Node
 from cluster.status.services import node_status_set
-from cluster.telemetry.ingest import FLOAT_FIELDS, INT_FIELDS, ingest_json_lines
+from cluster.telemetry.ingest import ingest_json_lines
 from core.import_lines import ImportRefused, csv_rows
 from core.timewindow import WINDOW_TEXT, epoch_in_window
 
@@ -180,8 +181,9 @@ def _parse(line: int, raw: dict) -> _Row:
         interval_s=_number(cell("interval_s"), "interval_s", int),
         gpu_model=gpu_model,
     )
-    if row.interval_s is not None and not 1 <= row.interval_s <= 3600:
-        raise ValueError("interval_s: not a whole number of seconds in 1..3600")
+    shortest, longest = INTERVAL_S_RANGE
+    if row.interval_s is not None and not shortest <= row.interval_s <= longest:
+        raise ValueError(f"interval_s: not a whole number of seconds in {shortest}..{longest}")
     return row
 
 
@@ -199,7 +201,7 @@ def _number(text: str, column: str, kind):
         if value != int(value):
             raise ValueError(f"parse: {column}: {text[:40]!r} is not a whole number")
         value = int(value)
-    low, high = (0, FLOAT_FIELDS[column]) if column in FLOAT_FIELDS else INT_FIELDS.get(column, (None, None))
+    low, high = FLOAT_RANGES.get(column) or INT_RANGES.get(column, (None, None))
     if low is not None and value < low:
         raise ValueError(f"{column}: below {low}")
     if high is not None and value > high:

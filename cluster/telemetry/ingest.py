@@ -2,7 +2,7 @@
 
 Records arrive as JSON lines (one record object per line, the agent's NDJSON page). They are
 ``COPY``-ed as text into a session-local staging table; then one SQL statement validates each record
-(the first failing rule becomes its rejection reason), inserts the good ones into ``cluster_sample``
+(the first failing rule becomes its rejection reason), inserts the good ones into the ``Sample`` table
 with ``ON CONFLICT DO NOTHING`` (a repeated record changes nothing), and marks the minute buckets the
 newly stored records cover dirty for the rollups. No per-record Python runs on this path: PostgreSQL
 parses and checks the JSON in C (Python's own ``json.loads`` alone costs more per record than the
@@ -19,6 +19,9 @@ Two forms of the statement share everything but how fields are read:
 Numeric strings (``"50"``) pass the typed form as numbers; the checked form, reached only through a
 page with a real type error, refuses them. Both are documented behaviour, not a difference in what is
 stored.
+
+The record's fields, their types and ranges are ``agents/records.py``'s (the one schema); what becomes
+of each field is :data:`STORED_AS` and :data:`NOT_STORED` here.
 """
 
 from __future__ import annotations
@@ -30,7 +33,21 @@ from datetime import datetime
 import psycopg
 from django.db import DataError, connection, transaction
 
-from cluster.telemetry.rollups import MARK_CONFLICT
+from agents.records import (
+    FLOAT_FIELDS,
+    FLOAT_RANGES,
+    INT_FIELDS,
+    INT_RANGES,
+    INTERVAL_S_RANGE,
+    REQUIRED_FIELDS,
+)
+from cluster.inventory.models import Gpu
+from cluster.telemetry.dirty_marks import MARK_CONFLICT
+from cluster.telemetry.models import DirtyBucket, Sample
+
+SAMPLE = Sample._meta.db_table
+GPU = Gpu._meta.db_table
+DIRTY = DirtyBucket._meta.db_table
 
 # A session-local staging table, emptied before each use (a caller's outer transaction may span pages).
 STAGING_DDL = (
@@ -40,38 +57,54 @@ STAGING_DDL = (
 # characters): each line reaches PostgreSQL untouched, whatever backslashes or quotes it holds.
 COPY_SQL = "COPY sample_staging (rec) FROM STDIN WITH (FORMAT csv, QUOTE e'\\x01', DELIMITER e'\\x02')"
 
-INT_MAX = 2**31 - 1
-FLOAT_FIELDS = {"util_gpu": 100, "util_gpu_max": 100, "util_mem": 100, "power_w": 100_000, "energy_j": 1e12}
-INT_FIELDS = {
-    "mem_used_mib": (0, INT_MAX), "mem_total_mib": (0, INT_MAX), "temp_c": (-100, 200),
-    "sm_clock_mhz": (0, 100_000), "xid_count": (0, INT_MAX), "ecc_dbe_count": (0, INT_MAX),
-}
+# Where each field of an agent record goes: the Sample column it is stored in, or (NOT_STORED) why not.
+# Every other Sample column is one of these; a test holds this to agents.records and the model.
+VALUE_COLUMNS = ("interval_s", *FLOAT_FIELDS, *INT_FIELDS)  # stored as they come, under their own names
+STORED_AS = {"ts": "ts", "gpu_uuid": "gpu_id", **{name: name for name in VALUE_COLUMNS}, "processes": "processes"}
+NOT_STORED = {"seq": "the collector's cursor: the page's highest seq (IngestResult.max_seq)"}
+# Not an agent field: the importer numbers its records with their CSV line, for its report.
+IMPORT_FIELDS = ("line",)
+SAMPLE_COLUMNS = ("gpu_id", "ts", *VALUE_COLUMNS, "processes")
+
+JSON_TYPE = {int: "number", str: "string"}  # of the required fields
+WHOLE_NUMBERS = tuple(name for name in VALUE_COLUMNS if name in INT_FIELDS or REQUIRED_FIELDS.get(name) is int)
+RANGES = {**FLOAT_RANGES, **INT_RANGES}
+
+
+def _column_type(name: str) -> str:
+    """The SQL type of a Sample column: the typed form reads a value as the column stores it."""
+    return Sample._meta.get_field(name).db_type(connection)
+
+
 TYPED_COLUMNS = (
-    "seq bigint, line bigint, ts bigint, gpu_uuid text, interval_s int, "
-    + ", ".join(f"{name} float8" for name in FLOAT_FIELDS)
-    + ", " + ", ".join(f"{name} {'smallint' if name == 'temp_c' else 'int'}" for name in INT_FIELDS)
+    "seq bigint, line bigint, ts bigint, gpu_uuid text, "
+    + ", ".join(f"{name} {_column_type(name)}" for name in VALUE_COLUMNS)
     + ", processes jsonb"
 )
-VALUE_COLUMNS = ("interval_s", *FLOAT_FIELDS, *INT_FIELDS)
 
 
 def _common_rules(prefix: str, gpu: str) -> list[str]:
     """Rules on typed values, shared by both forms (``prefix`` names where the typed values live,
     ``gpu`` the matched GPU's id)."""
     p = prefix
+    shortest, longest = INTERVAL_S_RANGE
     rules = [
         f"WHEN {p}ts > %(newest_ts)s THEN 'ts: too far in the future'",
         f"WHEN {p}ts < %(oldest_ts)s THEN 'ts: older than the agent spool keeps'",
         f"WHEN {gpu} IS NULL THEN 'gpu_uuid: unknown GPU'",
-        f"WHEN {p}interval_s NOT BETWEEN 1 AND 3600 THEN 'interval_s: not a whole number of seconds in 1..3600'",
+        f"WHEN {p}interval_s NOT BETWEEN {shortest} AND {longest} "
+        f"THEN 'interval_s: not a whole number of seconds in {shortest}..{longest}'",
     ]
-    for name, hi in FLOAT_FIELDS.items():
-        rules.append(f"WHEN {p}{name} < 0 THEN '{name}: below 0'")
-        rules.append(f"WHEN {p}{name} > {hi} THEN '{name}: above {hi}'")
-    for name, (lo, hi) in INT_FIELDS.items():
+    for name, (lo, hi) in RANGES.items():
         rules.append(f"WHEN {p}{name} < {lo} THEN '{name}: below {lo}'")
         rules.append(f"WHEN {p}{name} > {hi} THEN '{name}: above {hi}'")
     return rules
+
+
+def _missing_rule(name: str, test: str) -> str:
+    """The rule refusing a record without the required field ``name`` (``test``: it is absent or of
+    another JSON type)."""
+    return f"WHEN {test} THEN '{name}: missing or not a {JSON_TYPE[REQUIRED_FIELDS[name]]}'"
 
 
 TYPED_CHECKED = f"""
@@ -80,16 +113,14 @@ TYPED_CHECKED = f"""
            CASE
                WHEN jsonb_typeof(s.rec) <> 'object' THEN 'record: not a JSON object'
                WHEN r.seq IS NULL AND %(need_seq)s THEN 'seq: missing or not a number'
-               WHEN r.ts IS NULL THEN 'ts: missing or not a number'
-               WHEN r.gpu_uuid IS NULL THEN 'gpu_uuid: missing or not a string'
-               WHEN r.interval_s IS NULL THEN 'interval_s: missing or not a number'
+               {" ".join(_missing_rule(name, f"r.{name} IS NULL") for name in REQUIRED_FIELDS)}
                {" ".join(_common_rules("r.", "g.id"))}
                WHEN r.processes IS NOT NULL AND jsonb_typeof(r.processes) NOT IN ('array', 'null') THEN 'processes: not a list'
            END AS reason
     FROM sample_staging s
     CROSS JOIN LATERAL jsonb_to_record(CASE WHEN jsonb_typeof(s.rec) = 'object' THEN s.rec ELSE '{{}}'::jsonb END)
         AS r({TYPED_COLUMNS})
-    LEFT JOIN cluster_gpu g ON g.uuid = r.gpu_uuid AND (%(node_id)s::bigint IS NULL OR g.node_id = %(node_id)s)
+    LEFT JOIN {GPU} g ON g.uuid = r.gpu_uuid AND (%(node_id)s::bigint IS NULL OR g.node_id = %(node_id)s)
 """
 
 
@@ -106,14 +137,14 @@ def _type_rules() -> list[str]:
     rules = [
         "WHEN jsonb_typeof(rec) <> 'object' THEN 'record: not a JSON object'",
         "WHEN jsonb_typeof(rec->'seq') IS DISTINCT FROM 'number' AND %(need_seq)s THEN 'seq: missing or not a number'",
-        "WHEN jsonb_typeof(rec->'ts') IS DISTINCT FROM 'number' THEN 'ts: missing or not a number'",
-        "WHEN (rec->'ts')::numeric <> trunc((rec->'ts')::numeric) THEN 'ts: not whole seconds'",
-        "WHEN jsonb_typeof(rec->'gpu_uuid') IS DISTINCT FROM 'string' THEN 'gpu_uuid: missing or not a string'",
-        "WHEN jsonb_typeof(rec->'interval_s') IS DISTINCT FROM 'number' THEN 'interval_s: missing or not a number'",
     ]
-    for name in ("interval_s", *FLOAT_FIELDS, *INT_FIELDS):
+    for name, kind in REQUIRED_FIELDS.items():
+        rules.append(_missing_rule(name, f"jsonb_typeof(rec->'{name}') IS DISTINCT FROM '{JSON_TYPE[kind]}'"))
+        if name == "ts":
+            rules.append("WHEN (rec->'ts')::numeric <> trunc((rec->'ts')::numeric) THEN 'ts: not whole seconds'")
+    for name in VALUE_COLUMNS:
         rules.append(f"WHEN jsonb_typeof(rec->'{name}') NOT IN ('number', 'null') THEN '{name}: not a number'")
-    for name in ("interval_s", *INT_FIELDS):
+    for name in WHOLE_NUMBERS:
         rules.append(
             f"WHEN jsonb_typeof(rec->'{name}') = 'number' AND (rec->'{name}')::numeric <> trunc((rec->'{name}')::numeric) "
             f"THEN '{name}: not a whole number'"
@@ -134,7 +165,7 @@ CHECKED_CHECKED = f"""
                CASE WHEN jsonb_typeof(rec->'processes') = 'array' AND rec->'processes' <> '[]'::jsonb
                     THEN rec->'processes' END AS processes
         FROM sample_staging s
-        LEFT JOIN cluster_gpu g ON g.uuid = s.rec->>'gpu_uuid' AND (%(node_id)s::bigint IS NULL OR g.node_id = %(node_id)s)
+        LEFT JOIN {GPU} g ON g.uuid = s.rec->>'gpu_uuid' AND (%(node_id)s::bigint IS NULL OR g.node_id = %(node_id)s)
     ) typed
 """
 
@@ -145,7 +176,7 @@ def _ingest_sql(checked: str) -> str:
     return f"""
 WITH checked AS MATERIALIZED ({checked}),
 inserted AS (
-    INSERT INTO cluster_sample ({", ".join(SAMPLE_COLUMNS)})
+    INSERT INTO {SAMPLE} ({", ".join(SAMPLE_COLUMNS)})
     SELECT gpu_id, to_timestamp(ts), {", ".join(VALUE_COLUMNS)}, processes
     FROM checked WHERE reason IS NULL
     ON CONFLICT DO NOTHING
@@ -156,8 +187,8 @@ dirty AS (
     -- the first covered second to the one holding the last is marked: one range per GPU instead of a
     -- row per record (a gap inside a page only dirties minutes whose recomputation finds nothing).
     -- The conflict clause locks an existing mark until commit, so a rollup worker cannot claim it
-    -- and recompute without these rows (cluster/telemetry/rollups.py).
-    INSERT INTO cluster_dirtybucket (level, gpu_id, bucket)
+    -- and recompute without these rows (cluster/telemetry/dirty_marks.py).
+    INSERT INTO {DIRTY} (level, gpu_id, bucket)
     SELECT 'minute', r.gpu_id, b
     FROM (SELECT gpu_id, min(ts - make_interval(secs => interval_s)) AS first_s, max(ts) - interval '1 second' AS last_s
           FROM inserted GROUP BY gpu_id) r,

@@ -1,29 +1,9 @@
 """Rollup maintenance: samples mark buckets dirty, workers recompute them from raw, in set-based SQL.
 
 The values follow ``cluster/telemetry/rollup_math.py`` (the reference; its docstring has every rule). Buckets
-are UTC minutes and hours ``[start, start + length)``; a record covers ``[ts - interval_s, ts)``.
-
-How samples get in (collector, importer)
-----------------------------------------
-Every path that writes ``cluster_sample`` must mark the minute buckets its new rows overlap in the
-same statement, so a rollup can never miss a committed sample. Use :func:`insert_samples_marking_dirty`
-with a SELECT that yields :data:`SAMPLE_COLUMNS` in order, inside the transaction that also stores the
-cursor::
-
-    cols = ", ".join(SAMPLE_COLUMNS)
-    with transaction.atomic(), connection.cursor() as cursor:
-        cursor.execute("CREATE TEMP TABLE sample_in (LIKE cluster_sample) ON COMMIT DROP")
-        with cursor.copy(f"COPY sample_in ({cols}) FROM STDIN") as copy:
-            for row in rows:
-                copy.write_row(row)
-        inserted, dirtied = insert_samples_marking_dirty(cursor, source_sql=f"SELECT {cols} FROM sample_in")
-
-A repeated record (same GPU and ``ts``) is skipped and marks nothing (DESIGN.md §3). A statement that
-composes its own insert (``cluster/telemetry/ingest.py``) ends with :func:`dirty_marks_sql` named after its CTE
-that returns the inserted ``gpu_id, ts, interval_s`` (:data:`DIRTY_FROM_INSERTED_SQL` for a CTE
-``ins``); it must keep that conflict clause, not ``DO NOTHING`` (see Concurrency). Rows written any
-other way (fixtures, repairs) are marked with :func:`mark_dirty_range`, or :func:`recompute_range`
-marks and processes.
+are UTC minutes and hours ``[start, start + length)``; a record covers ``[ts - interval_s, ts)``. How
+samples get in and mark their minutes dirty is ``cluster/telemetry/dirty_marks.py``; this module is the
+workers' side: claiming marks, recomputing, the watermark, repairs and retention.
 
 Concurrency
 -----------
@@ -34,11 +14,9 @@ claimed mark before the claim has committed by then, so its samples are read. (O
 both claimed and recomputed read a snapshot taken before the claim, and could consume the mark of a
 collection that committed in between without its samples: the fault run of issue 12.)
 
-A writer that finds its bucket already dirty locks that row (``ON CONFLICT DO UPDATE … WHERE false``
-locks without writing) until it commits: a worker then skips the row instead of recomputing without
-the writer's uncommitted samples and deleting the mark. A writer whose bucket a worker holds waits for
-it, then marks the bucket afresh. Marks are inserted in (gpu, bucket) order, so two writers cannot
-deadlock. Hours work the same way, with the minute workers as their writers.
+A writer that finds its bucket already dirty locks that mark until it commits, so a worker skips it
+(``dirty_marks.MARK_CONFLICT``); a writer whose bucket a worker holds waits for it, then marks the
+bucket afresh. Hours work the same way, with the minute workers as their writers.
 """
 
 from __future__ import annotations
@@ -51,102 +29,44 @@ from django.conf import settings
 from django.db import connection, transaction
 from django.utils import timezone
 
-from cluster.models import RollupLevel
+from cluster.models import DirtyBucket, Gpu, GpuModel, HourRollup, MinuteRollup, Node, RollupLevel, Sample
+from cluster.telemetry.dirty_marks import (
+    EPOCH,
+    MARK_CONFLICT,
+    MAX_INTERVAL_S,
+    as_utc,
+    ceil_minute,
+    floor_minute,
+    insert_samples_marking_dirty,
+    mark_dirty_range,
+)
+
+SAMPLE = Sample._meta.db_table
+DIRTY = DirtyBucket._meta.db_table
+MINUTES = MinuteRollup._meta.db_table
+HOURS = HourRollup._meta.db_table
 
 DEFAULT_BATCH = 5000
-MAX_INTERVAL_S = 3600  # the sample_interval check constraint: no record reaches further back
 
-SAMPLE_COLUMNS = (
-    "gpu_id", "ts", "interval_s", "util_gpu", "util_gpu_max", "util_mem", "mem_used_mib", "mem_total_mib",
-    "power_w", "energy_j", "temp_c", "sm_clock_mhz", "xid_count", "ecc_dbe_count", "processes",
-)
 ROLLUP_COLUMNS = (
     "gpu_id", "bucket", "util_mean", "util_max", "util_mem_mean", "mem_used_max_mib", "power_mean_w",
     "energy_j", "temp_max_c", "xid_count", "ecc_dbe_count", "covered_s", "util_covered_s", "sample_count",
 )
 
-EPOCH = "timestamptz '1970-01-01 00:00:00+00'"  # date_bin origin: buckets never depend on the session zone
-
-
-def _minutes_of(alias: str) -> str:
-    """SQL set of the minute starts that the record ``alias`` touches (its last second ends at ts)."""
-    return (
-        f"generate_series(date_bin('60 seconds', {alias}.ts - {alias}.interval_s * interval '1 second', {EPOCH}),"
-        f" date_bin('60 seconds', {alias}.ts - interval '1 microsecond', {EPOCH}), interval '60 seconds')"
-    )
-
-
-# Locks an existing mark until commit instead of writing a new row version (see module docstring).
-MARK_CONFLICT = "ON CONFLICT (level, gpu_id, bucket) DO UPDATE SET level = EXCLUDED.level WHERE false"
-
-
-def dirty_marks_sql(relation: str = "ins") -> str:
-    """An ``INSERT`` marking dirty the minute buckets of the rows of ``relation`` (a CTE or table with
-    ``gpu_id, ts, interval_s``): the tail of a statement whose CTE inserted samples."""
-    return f"""
-        INSERT INTO cluster_dirtybucket (level, gpu_id, bucket)
-        SELECT DISTINCT '{RollupLevel.MINUTE.value}', r.gpu_id, m.bucket
-        FROM {relation} r CROSS JOIN LATERAL {_minutes_of("r")} AS m(bucket)
-        ORDER BY 2, 3
-        {MARK_CONFLICT}
-    """  # noqa: S608 (a CTE name from the calling code; values are bound parameters)
-
-
-DIRTY_FROM_INSERTED_SQL = dirty_marks_sql("ins")
-
-
-def insert_samples_marking_dirty(cursor, *, source_sql: str, params=None) -> tuple[int, int]:
-    """Insert the rows of ``source_sql`` (columns :data:`SAMPLE_COLUMNS`, in order) that are new and
-    mark their minute buckets dirty, in one statement; returns (samples inserted, buckets newly marked)."""
-    cols = ", ".join(SAMPLE_COLUMNS)
-    cursor.execute(
-        f"""
-        WITH ins AS (
-            INSERT INTO cluster_sample ({cols}) SELECT * FROM ({source_sql}) AS src
-            ON CONFLICT (gpu_id, ts) DO NOTHING
-            RETURNING gpu_id, ts, interval_s
-        ), marked AS ({DIRTY_FROM_INSERTED_SQL} RETURNING 1)
-        SELECT (SELECT count(*) FROM ins), (SELECT count(*) FROM marked)
-        """,  # noqa: S608 (source_sql is the caller's SQL, not data; values are bound parameters)
-        params,
-    )
-    inserted, marked = cursor.fetchone()
-    return inserted, marked
-
-
-def mark_dirty_range(*, start: datetime, end: datetime, gpu_ids: list[int] | None = None) -> int:
-    """Mark dirty every minute bucket in ``[floor(start), end)`` that a stored sample overlaps;
-    returns the number of buckets newly marked."""
-    sql = f"""
-        INSERT INTO cluster_dirtybucket (level, gpu_id, bucket)
-        SELECT DISTINCT '{RollupLevel.MINUTE.value}', s.gpu_id, m.bucket
-        FROM cluster_sample s CROSS JOIN LATERAL {_minutes_of("s")} AS m(bucket)
-        WHERE s.ts > %(lo)s AND s.ts < %(end)s + interval '{MAX_INTERVAL_S} seconds'
-          AND s.ts - s.interval_s * interval '1 second' < %(end)s
-          AND (%(gpu_ids)s::bigint[] IS NULL OR s.gpu_id = ANY(%(gpu_ids)s::bigint[]))
-          AND m.bucket >= %(lo)s AND m.bucket < %(end)s
-        ORDER BY 2, 3
-        {MARK_CONFLICT}
-    """  # noqa: S608 (only module constants are interpolated)
-    params = {"lo": floor_minute(_aware(start)), "end": _aware(end), "gpu_ids": gpu_ids}
-    with connection.cursor() as cursor:
-        cursor.execute(sql, params)
-        return cursor.rowcount
-
 
 # --- Recomputing claimed buckets --------------------------------------------------------------------
 
 # Statement 1 of a batch: claim (delete, locked until commit) up to ``limit`` marks of a level.
-_CLAIM_SQL = """
-    DELETE FROM cluster_dirtybucket d
+_CLAIM_SQL = f"""
+    DELETE FROM {DIRTY} d
     WHERE d.level = %(level)s AND (d.gpu_id, d.bucket) IN (
-        SELECT q.gpu_id, q.bucket FROM cluster_dirtybucket q
+        SELECT q.gpu_id, q.bucket FROM {DIRTY} q
         WHERE q.level = %(level)s
         ORDER BY q.gpu_id, q.bucket
         LIMIT %(limit)s
         FOR UPDATE SKIP LOCKED
     )
-    RETURNING d.gpu_id, d.bucket"""
+    RETURNING d.gpu_id, d.bucket"""  # noqa: S608 (only module constants are interpolated)
 
 # Statement 2 reads the claimed buckets back from its parameters, under a snapshot taken after the claim.
 _CLAIMED = """
@@ -174,7 +94,7 @@ _MINUTE_SOURCE = f"""
                s.temp_c, s.xid_count, s.ecc_dbe_count
         FROM runs r
         CROSS JOIN LATERAL (
-            SELECT s.*, date_part('epoch', s.ts) AS e FROM cluster_sample s
+            SELECT s.*, date_part('epoch', s.ts) AS e FROM {SAMPLE} s
             WHERE s.gpu_id = r.gpu_id AND s.ts > r.lo AND s.ts < r.hi + interval '{MAX_INTERVAL_S} seconds'
               AND s.ts - s.interval_s * interval '1 second' < r.hi
             OFFSET 0
@@ -216,13 +136,13 @@ _MINUTE_SOURCE = f"""
 # An hour from its minutes (rollup_math.combine): sums of seconds, energy and counts, maxima, and
 # means weighted by util_covered_s, or for util_mem and power by rollup_math.aux_weight_s. Float sums
 # run in minute order so that recomputing gives the same bits whatever plan reads the minutes.
-_HOUR_SOURCE = """
+_HOUR_SOURCE = f"""
     minutes AS (
         SELECT c.bucket AS hour, m.bucket AS minute, m.*,
                CASE WHEN m.util_covered_s > 0 THEN m.util_covered_s ELSE m.covered_s END AS aux_s
         FROM claimed c
         CROSS JOIN LATERAL (  -- an index range scan per hour, whatever the statistics say
-            SELECT * FROM cluster_minuterollup m
+            SELECT * FROM {MINUTES} m
             WHERE m.gpu_id = c.gpu_id AND m.bucket >= c.bucket AND m.bucket < c.bucket + interval '1 hour'
             OFFSET 0
         ) m
@@ -246,7 +166,7 @@ _HOUR_SOURCE = """
             sum(sample_count) AS sample_count
         FROM minutes
         GROUP BY gpu_id, hour
-    )"""
+    )"""  # noqa: S608 (only module constants are interpolated)
 
 _WRITE = """
     upserted AS (
@@ -267,7 +187,7 @@ _WRITE = """
 
 _MARK_HOURS = f"""
     hours AS (
-        INSERT INTO cluster_dirtybucket (level, gpu_id, bucket)
+        INSERT INTO {DIRTY} (level, gpu_id, bucket)
         SELECT DISTINCT '{RollupLevel.HOUR.value}', gpu_id, date_bin('3600 seconds', bucket, {EPOCH}) FROM claimed
         ORDER BY 2, 3
         {MARK_CONFLICT}
@@ -283,7 +203,7 @@ def _process_sql(level: str) -> str:
     minute = level == RollupLevel.MINUTE.value
     columns = ", ".join(ROLLUP_COLUMNS)
     updates = ", ".join(f"{c} = EXCLUDED.{c}" for c in ROLLUP_COLUMNS[2:])
-    table = "cluster_minuterollup" if minute else "cluster_hourrollup"
+    table = MINUTES if minute else HOURS
     parts = [_CLAIMED, _MINUTE_SOURCE if minute else _HOUR_SOURCE]
     parts.append(_WRITE.format(table=table, columns=columns, updates=updates))
     if minute:
@@ -342,7 +262,7 @@ def rollup_watermark(*, now: datetime | None = None) -> datetime:
     bucket that ends at or before it is final until another late record arrives; whether the data
     itself is complete is the collector's ``data_complete_to`` per node, not this."""
     with connection.cursor() as cursor:
-        cursor.execute("SELECT min(bucket) FROM cluster_dirtybucket")
+        cursor.execute(f"SELECT min(bucket) FROM {DIRTY}")  # noqa: S608 (the model's table)
         oldest_dirty = cursor.fetchone()[0]
     current_minute = floor_minute(now or timezone.now())
     return current_minute if oldest_dirty is None else min(oldest_dirty, current_minute)
@@ -356,7 +276,7 @@ def recompute_range(
     Minutes older than the raw retention are left alone: their raw data may be partly pruned, and
     their rollups are what remains of it."""
     retained_from = ceil_minute((now or timezone.now()) - timedelta(days=settings.TELEMETRY_RAW_RETENTION_DAYS))
-    start = max(_aware(start), retained_from)
+    start = max(as_utc(start), retained_from)
     marked = mark_dirty_range(start=start, end=end, gpu_ids=gpu_ids) if start < end else 0
     return {"start": start, "marked": marked, **rollup_pending(max_batches=10**9)}
 
@@ -367,11 +287,11 @@ def prune(*, now: datetime, batch: int = 50_000) -> dict:
 
     Raw rows that a dirty bucket may still need (ending after the watermark) are kept, so pruning
     before a backlog is processed never loses data."""
-    raw_cutoff = min(_aware(now) - timedelta(days=settings.TELEMETRY_RAW_RETENTION_DAYS), rollup_watermark(now=now))
-    minute_cutoff = _aware(now) - timedelta(days=settings.TELEMETRY_MINUTE_RETENTION_DAYS)
+    raw_cutoff = min(as_utc(now) - timedelta(days=settings.TELEMETRY_RAW_RETENTION_DAYS), rollup_watermark(now=now))
+    minute_cutoff = as_utc(now) - timedelta(days=settings.TELEMETRY_MINUTE_RETENTION_DAYS)
     return {
-        "samples": _delete_before("cluster_sample", "ts", raw_cutoff, batch),
-        "minute_rollups": _delete_before("cluster_minuterollup", "bucket", minute_cutoff, batch),
+        "samples": _delete_before(SAMPLE, "ts", raw_cutoff, batch),
+        "minute_rollups": _delete_before(MINUTES, "bucket", minute_cutoff, batch),
         "raw_cutoff": raw_cutoff,
         "minute_cutoff": minute_cutoff,
     }
@@ -393,26 +313,6 @@ def _delete_before(table: str, column: str, cutoff: datetime, batch: int) -> int
                 return deleted
 
 
-# --- Time helpers -------------------------------------------------------------------------------------
-
-
-def _aware(moment: datetime) -> datetime:
-    if timezone.is_naive(moment):
-        raise ValueError(f"rollup times must be aware (UTC), not naive: {moment!r}")
-    return moment.astimezone(UTC)
-
-
-def floor_minute(moment: datetime) -> datetime:
-    """Start of the UTC minute holding ``moment``."""
-    return _aware(moment).replace(second=0, microsecond=0)
-
-
-def ceil_minute(moment: datetime) -> datetime:
-    """``moment`` if it starts a minute, else the start of the next one."""
-    floor = floor_minute(moment)
-    return floor if floor == moment else floor + timedelta(minutes=1)
-
-
 # --- Benchmark ----------------------------------------------------------------------------------------
 
 
@@ -421,8 +321,6 @@ def bench_rollup(n_records: int = 1_000_000, *, gpus: int = 1000, interval_s: in
     """Time storing ``n_records`` synthetic samples (``gpus`` GPUs, one record every ``interval_s``) with
     their dirty marks, and rolling them up; everything runs in one transaction that is rolled back,
     so the database is left as it was. Returns counts, seconds and rates."""
-    from cluster.models import Gpu, GpuModel, MinuteRollup, Node
-
     per_gpu = -(-n_records // gpus)
     start = datetime(2026, 1, 1, tzinfo=UTC)
     with transaction.atomic():

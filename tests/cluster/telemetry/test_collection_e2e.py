@@ -30,7 +30,7 @@ from cluster.models import (
     Sample,
 )
 from cluster.tasks import collect_nodes, rollup_pending
-from cluster.telemetry import rollups
+from cluster.telemetry import dirty_marks, rollups
 from cluster.telemetry.collector import collect_node
 from cluster.telemetry.importer import import_samples
 from tests.agents.agent_helpers import free_port, http_get, wait_for
@@ -39,7 +39,7 @@ from tests.cluster.telemetry.e2e_helpers import INTERVAL_S, Agent, Worker, align
 SPEED = "600"  # an hour of 10 s samples in six seconds
 GPUS = 2
 ROLLUP_VALUES = rollups.ROLLUP_COLUMNS[2:]
-SAMPLE_VALUES = rollups.SAMPLE_COLUMNS[2:]
+SAMPLE_VALUES = dirty_marks.SAMPLE_COLUMNS[2:]
 
 
 # --- fixtures and helpers --------------------------------------------------------------------------

@@ -1,13 +1,15 @@
 """The sample ingest path: JSON lines → COPY → one validating, upserting statement."""
 
 import json
+from collections import Counter
 from datetime import UTC, datetime, timedelta
 
 import pytest
 from django.db import transaction
 
+from agents.records import FLOAT_RANGES, INT_RANGES, PROCESS_FIELDS, RECORD_FIELDS, SPOOL_FIELDS, empty_record
 from cluster.models import DirtyBucket, Gpu, Sample
-from cluster.telemetry.ingest import ingest_json_lines
+from cluster.telemetry.ingest import IMPORT_FIELDS, NOT_STORED, SAMPLE_COLUMNS, STORED_AS, ingest_json_lines
 
 pytestmark = pytest.mark.django_db
 
@@ -125,3 +127,39 @@ def test_the_ingest_is_one_statement_after_the_copy(small_cluster, django_assert
     with django_assert_max_num_queries(4):
         result = ingest_json_lines(blob, node_id=None, now=NOW, max_future_s=600, max_age_s=7 * 86400)
     assert result.stored == 50
+
+
+# --- ingest and the agent's record schema (agents/records.py) agree ---------------------------------
+
+
+def test_every_field_an_agent_record_carries_is_stored_or_explicitly_not():
+    carried = {*RECORD_FIELDS, *SPOOL_FIELDS}
+    assert set(STORED_AS) | set(NOT_STORED) == carried
+    assert set(STORED_AS) & set(NOT_STORED) == set()
+    assert set(IMPORT_FIELDS) & carried == set()
+    # and every column of the Sample table is filled from a field, once
+    assert sorted(STORED_AS.values()) == sorted(SAMPLE_COLUMNS) == sorted(f.column for f in Sample._meta.concrete_fields)
+    assert set(record()) == carried  # this module's helper builds whole records
+
+
+def test_a_record_with_every_field_set_is_stored_field_by_field(small_cluster):
+    full = {**empty_record(ts=T - 60, gpu_uuid="GPU-h200-a-0", interval_s=10), "seq": 1}
+    for offset, (name, (_low, high)) in enumerate({**FLOAT_RANGES, **INT_RANGES}.items()):
+        full[name] = min(high, 10 + offset + (0.5 if name in FLOAT_RANGES else 0))
+    full["processes"] = [dict.fromkeys(PROCESS_FIELDS, 7) | {"user": "alice", "job_ref": "job_7"}]
+    assert ingest(lines(full)).stored == 1
+    stored = Sample.objects.values(*STORED_AS.values()).get()
+    expected = {**full, "ts": NOW - timedelta(seconds=60), "gpu_uuid": Gpu.objects.get(uuid="GPU-h200-a-0").pk}
+    assert {column: stored[column] for column in STORED_AS.values()} == {
+        column: expected[name] for name, column in STORED_AS.items()
+    }
+
+
+def test_each_measurement_is_held_to_the_schemas_range(small_cluster):
+    bad, expected = [], Counter()
+    for name, (low, high) in {**FLOAT_RANGES, **INT_RANGES}.items():
+        for value, reason in ((low - 1, f"{name}: below {low}"), (high + 1, f"{name}: above {high}")):
+            bad.append(record(seq=len(bad) + 1, ts=T - 600 + 10 * len(bad), **{name: value}))
+            expected[reason] += 1
+    result = ingest(lines(*bad))
+    assert (result.rejected, result.stored) == (expected, 0)

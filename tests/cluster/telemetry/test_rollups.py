@@ -1,4 +1,4 @@
-"""Rollup maintenance in SQL (cluster/telemetry/rollups.py) against the pure reference (cluster/telemetry/rollup_math.py)."""
+"""Rollup maintenance in SQL (cluster/telemetry/rollups.py, dirty_marks.py) against the pure reference (cluster/telemetry/rollup_math.py)."""
 
 import random
 import threading
@@ -9,7 +9,7 @@ from django.db import connection, transaction
 from django.test.utils import CaptureQueriesContext
 
 from cluster.models import DirtyBucket, Gpu, HourRollup, MinuteRollup, Sample
-from cluster.telemetry import rollups
+from cluster.telemetry import dirty_marks, rollups
 from cluster.telemetry.rollup_math import (
     HOUR_S,
     RollupValues,
@@ -72,20 +72,20 @@ def store(records) -> None:
 
 def store_as_collector(records) -> tuple[int, int]:
     """The collector's path: rows in a staging table, inserted and marked dirty in one statement."""
-    cols = ", ".join(rollups.SAMPLE_COLUMNS)
+    cols = ", ".join(dirty_marks.SAMPLE_COLUMNS)
     with connection.cursor() as cursor:
-        cursor.execute("CREATE TEMP TABLE IF NOT EXISTS sample_in (LIKE cluster_sample); TRUNCATE sample_in")
+        cursor.execute(f"CREATE TEMP TABLE IF NOT EXISTS sample_in (LIKE {dirty_marks.SAMPLE}); TRUNCATE sample_in")
         cursor.executemany(
-            f"INSERT INTO sample_in ({cols}) VALUES ({', '.join(['%s'] * len(rollups.SAMPLE_COLUMNS))})",  # noqa: S608
+            f"INSERT INTO sample_in ({cols}) VALUES ({', '.join(['%s'] * len(dirty_marks.SAMPLE_COLUMNS))})",  # noqa: S608
             [(r.gpu_id, at(r.ts), r.interval_s, r.util_gpu, r.util_gpu_max, r.util_mem, r.mem_used_mib, None,
               r.power_w, r.energy_j, r.temp_c, None, r.xid_count, r.ecc_dbe_count, None) for r in records],
         )
-        return rollups.insert_samples_marking_dirty(cursor, source_sql=f"SELECT {cols} FROM sample_in")  # noqa: S608
+        return dirty_marks.insert_samples_marking_dirty(cursor, source_sql=f"SELECT {cols} FROM sample_in")  # noqa: S608
 
 
 def roll_up_everything(records) -> None:
     store(records)
-    rollups.mark_dirty_range(start=at(min(r.start for r in records)), end=at(max(r.ts for r in records)))
+    dirty_marks.mark_dirty_range(start=at(min(r.start for r in records)), end=at(max(r.ts for r in records)))
     rollups.rollup_pending()
 
 
@@ -214,7 +214,7 @@ def test_the_query_count_does_not_grow_with_the_batch(gpu_ids):
     def queries_for(minutes: int) -> int:
         records = agent_records(gpu_ids[:1], interval_s=60, start_s=EPOCH0, end_s=EPOCH0 + 60 * minutes)
         store(records)
-        rollups.mark_dirty_range(start=T0, end=at(EPOCH0 + 60 * minutes))
+        dirty_marks.mark_dirty_range(start=T0, end=at(EPOCH0 + 60 * minutes))
         with CaptureQueriesContext(connection) as context:
             claimed = rollups.process_dirty(limit=1000)
         assert claimed > 0
@@ -269,7 +269,7 @@ def test_recompute_leaves_minutes_older_than_the_raw_retention_alone(gpu_ids):
 
 def test_naive_times_are_refused():
     with pytest.raises(ValueError, match="aware"):
-        rollups.mark_dirty_range(start=datetime(2026, 11, 2), end=T0)  # noqa: DTZ001 (the point of the test)
+        dirty_marks.mark_dirty_range(start=datetime(2026, 11, 2), end=T0)  # noqa: DTZ001 (the point of the test)
 
 
 def test_bench_rollup_leaves_no_trace(gpu_ids):
@@ -301,7 +301,7 @@ def in_thread(target, *args):
 def test_two_workers_at_once_give_the_rows_of_one(gpu_ids):
     records = agent_records(gpu_ids, interval_s=57, start_s=EPOCH0, end_s=EPOCH0 + 2 * HOUR_S, seed=11)
     store(records)
-    marked = rollups.mark_dirty_range(start=T0 - timedelta(minutes=1), end=T0 + timedelta(hours=3))
+    marked = dirty_marks.mark_dirty_range(start=T0 - timedelta(minutes=1), end=T0 + timedelta(hours=3))
     claims = [[], []]
 
     def work(mine: list, start: threading.Barrier):
