@@ -64,7 +64,7 @@ def prune_telemetry() -> dict:
 @shared_task(name="cluster.tasks.observed_scan", ignore_result=True)
 def observed_scan() -> dict:
     """Turn the processes the agents saw into jobs and observed allocations (one scan at a time)."""
-    from cluster.jobs.observed import observed_scan as run
+    from cluster.jobs.observed.scan import observed_scan as run
 
     return run()
 

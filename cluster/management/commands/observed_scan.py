@@ -2,7 +2,7 @@ from datetime import datetime
 
 from django.core.management.base import BaseCommand, CommandError
 
-from cluster.jobs.observed import observed_scan
+from cluster.jobs.observed.scan import observed_scan
 
 
 def _instant(text: str) -> datetime:

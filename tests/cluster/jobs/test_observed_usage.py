@@ -1,4 +1,4 @@
-"""Observed usage (cluster/jobs/observed.py): processes the agents saw become allocations of known jobs, or
+"""Observed usage (cluster/jobs/observed/): processes the agents saw become allocations of known jobs, or
 observed jobs attributed by their unix user's team."""
 
 import json
@@ -13,7 +13,8 @@ from django.db import connection, transaction
 
 from agents.backends.sim import SimBackend
 from agents.backends.sim_workloads import USERS as SIM_USERS
-from cluster.jobs.observed import LOCK_NAME, counted_allocations, merge_ranges, observed_scan, split_by_runs
+from cluster.jobs.observed.ranges import merge_ranges, split_by_runs
+from cluster.jobs.observed.scan import LOCK_NAME, counted_allocations, observed_scan
 from cluster.jobs.services import JobInput, job_upsert
 from cluster.models import (
     Allocation,

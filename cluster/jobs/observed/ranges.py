@@ -1,4 +1,4 @@
-"""Pure helpers of the observed-usage scan (cluster/jobs/observed.py): ranges of presence, merged and split
+"""Pure helpers of the observed-usage scan (cluster/jobs/observed/): ranges of presence, merged and split
 by job runs, and job references parsed. No queries, easy to test on their own."""
 
 from __future__ import annotations
