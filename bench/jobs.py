@@ -14,7 +14,7 @@ from pathlib import Path
 from django.db import connection
 from django.utils import timezone
 
-from cluster.jobs.importer import import_jobs_csv
+from cluster.jobs.imports.jobs_csv import import_jobs_csv
 from cluster.models import Gpu, GpuModel, JobSource, Node
 from teams.models import Project, Team
 

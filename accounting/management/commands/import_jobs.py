@@ -3,7 +3,7 @@ from pathlib import Path
 from django.core.management.base import BaseCommand, CommandError
 
 from accounting.usage.replay import finish_import
-from cluster.jobs.importer import CSV_OPTIONAL, CSV_REQUIRED, ImportRefused, import_jobs_csv
+from cluster.jobs.imports.jobs_csv import CSV_OPTIONAL, CSV_REQUIRED, ImportRefused, import_jobs_csv
 from cluster.models import JobSource
 
 

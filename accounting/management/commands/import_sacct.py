@@ -5,8 +5,8 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
 from accounting.usage.replay import finish_import
-from cluster.jobs.importer import ImportRefused
-from cluster.jobs.sacct import FORMAT, import_sacct
+from cluster.jobs.imports.sacct import FORMAT, import_sacct
+from cluster.jobs.imports.shared import ImportRefused
 
 
 class Command(BaseCommand):

@@ -9,7 +9,8 @@ import pytest
 import time_machine
 from django.core.management import CommandError, call_command
 
-from cluster.jobs.importer import JobImportReport, Lookups, read_jobs_csv
+from cluster.jobs.imports.jobs_csv import read_jobs_csv
+from cluster.jobs.imports.shared import JobImportReport, Lookups
 from cluster.jobs.services import JobInput, Outcome, job_upsert
 from cluster.models import Allocation, AllocationOrigin, Gpu, Job
 from core.units import WHOLE_GPU_SHARE

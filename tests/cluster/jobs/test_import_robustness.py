@@ -13,7 +13,7 @@ import pytest
 import time_machine
 from django.core.management import CommandError, call_command
 
-from cluster.jobs.sacct import expand_hostlist, hostlist_size
+from cluster.jobs.imports.sacct import expand_hostlist, hostlist_size
 from cluster.models import Gpu, GpuModel, IdentityKind, Job, Node, Sample, TeamIdentity
 from core.import_lines import MAX_LINE_BYTES
 from teams.models import Team

@@ -1,4 +1,4 @@
-"""``import_sacct``: Slurm's accounting rows as runs (cluster.jobs.sacct), and the prolog/epilog hooks that
+"""``import_sacct``: Slurm's accounting rows as runs (cluster.jobs.imports.sacct), and the prolog/epilog hooks that
 report the same runs through the API (agents/contrib/slurm)."""
 
 import json
@@ -15,7 +15,7 @@ import pytest
 import time_machine
 from django.core.management import CommandError, call_command
 
-from cluster.jobs.sacct import expand_hostlist, gpus_from_tres
+from cluster.jobs.imports.sacct import expand_hostlist, gpus_from_tres
 from cluster.jobs.services import JobInput, job_upsert
 from cluster.models import Allocation, Gpu, IdentityKind, Job, TeamIdentity
 from core.units import WHOLE_GPU_SHARE
@@ -223,8 +223,8 @@ def test_it_keeps_the_gpus_the_prolog_placed(tmp_path, cast):
 
 
 def test_it_writes_the_same_rows_as_job_upsert_one_by_one(tmp_path, cast):
-    from cluster.jobs.importer import JobImportReport, Lookups
-    from cluster.jobs.sacct import read_sacct
+    from cluster.jobs.imports.sacct import read_sacct
+    from cluster.jobs.imports.shared import JobImportReport, Lookups
 
     run(tmp_path)
     imported = list(Job.objects.order_by("external_id", "start_time").values_list(

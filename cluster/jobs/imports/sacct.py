@@ -48,7 +48,7 @@ from django.db import transaction
 from django.utils import timezone
 from django.utils.text import slugify
 
-from cluster.jobs.importer import (
+from cluster.jobs.imports.shared import (
     GPU_COUNT_MAX,
     ImportRefused,
     JobImportReport,
