@@ -16,8 +16,8 @@ from django.contrib.auth import get_user_model
 from django.db.backends.postgresql.psycopg_any import DateTimeTZRange
 from django.db.models import Exists, OuterRef
 
+from cluster.bookings.holds import bookable_gpus
 from cluster.bookings.selectors import availability
-from cluster.bookings.services import bookable_gpus
 from cluster.models import Booking, Gpu, GpuHold, GpuModel, HoldKind, Node
 from teams.models import Team
 

@@ -15,7 +15,7 @@ from django.db import connection
 from django.db.models import Q
 
 from accounting.usage.states import BUSY_FLAG, MINUTE, Claim
-from cluster.bookings.services import RangeBoundEpoch
+from cluster.bookings.holds import RangeBoundEpoch
 from cluster.bookings.slots import epoch
 from cluster.choices import GpuStatus, NodeStatus
 from cluster.models import Allocation, Gpu, GpuHold, HoldKind, NodeStatusPeriod

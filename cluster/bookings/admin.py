@@ -7,7 +7,8 @@ from django.contrib import admin
 from django.core.exceptions import ValidationError
 from django.utils.translation import gettext_lazy as _
 
-from cluster.bookings.services import first_conflict, hold_conflict_message, maintenance_create, node_gpu_ids
+from cluster.bookings.holds import first_conflict, hold_conflict_message, node_gpu_ids
+from cluster.bookings.services import maintenance_create
 from cluster.models import Booking, GpuHold, MaintenanceWindow, TeamBookingPolicy
 
 

@@ -14,7 +14,7 @@ from django.contrib.auth import get_user_model
 from django.utils.translation import gettext_lazy as _
 
 from cluster.bookings.calendar import GROUP_BY_MODEL, GROUP_BY_NODE, calendar_gpus
-from cluster.bookings.services import bookable_gpus
+from cluster.bookings.holds import bookable_gpus
 from cluster.choices import NodeStatus
 from cluster.models import BookingMode, GpuModel, Node
 from core.timewindow import validate_in_window

@@ -7,7 +7,8 @@ from datetime import datetime, timedelta
 
 from django.utils import timezone
 
-from cluster.bookings.services import booking_limits, busy_ranges, candidate_gpus
+from cluster.bookings.holds import busy_ranges, candidate_gpus
+from cluster.bookings.services import booking_limits
 from cluster.bookings.slots import Candidate, Slot, earliest_slot, pick_gpus
 from cluster.models import Booking, GpuModel
 

@@ -2,7 +2,7 @@
 
 Each runs in one transaction. The exclusion constraint on ``GpuHold`` is the guard against double
 booking; these functions check first only to answer with a clear message, and turn the constraint's
-refusal (a concurrent writer won) into the same 409.
+refusal (a concurrent writer won) into the same 409. What they read of GPUs and holds is ``holds.py``.
 """
 
 from __future__ import annotations
@@ -13,11 +13,18 @@ from datetime import datetime, timedelta
 from django.conf import settings
 from django.db import IntegrityError, OperationalError, connection, transaction
 from django.db.backends.postgresql.psycopg_any import DateTimeTZRange
-from django.db.models import BigIntegerField, Func
 from django.utils import timezone
-from django.utils.formats import date_format
 from django.utils.translation import gettext as _
 
+from cluster.bookings.holds import (
+    bookable_gpus,
+    busy_ranges,
+    candidate_gpus,
+    first_conflict,
+    hold_conflict_message,
+    local_span,
+    node_gpu_ids,
+)
 from cluster.bookings.slots import (
     Candidate,
     Limits,
@@ -26,7 +33,7 @@ from cluster.bookings.slots import (
     pick_gpus,
     window_problems,
 )
-from cluster.choices import GpuStatus, NodeStatus
+from cluster.choices import NodeStatus
 from cluster.models import (
     Booking,
     BookingMode,
@@ -74,36 +81,6 @@ def booking_limits(team: Team | None) -> Limits:
         }
         limits.update({key: value for key, value in overrides.items() if value is not None})
     return Limits(**limits)
-
-
-def bookable_gpus():
-    """Whole GPUs that bookings may take: active GPUs on nodes that are not in maintenance or retired."""
-    return Gpu.objects.filter(mig_parent__isnull=True, status=GpuStatus.ACTIVE).exclude(
-        node__status__in=NodeStatus.set_by_admins()
-    )
-
-
-def local_span(start: datetime, end: datetime) -> str:
-    """``2026-11-02 10:00–12:00 (UTC)`` in the display zone, for messages."""
-    zone = timezone.get_current_timezone()
-    lo, hi = timezone.localtime(start, zone), timezone.localtime(end, zone)
-    tail = date_format(hi, "H:i") if lo.date() == hi.date() else date_format(hi, "Y-m-d H:i")
-    return f"{date_format(lo, 'Y-m-d H:i')}–{tail} ({zone})"
-
-
-def hold_conflict_message(hold: GpuHold) -> str:
-    """What a 409 says about the hold in the way: its GPU, its time and its team; nothing private."""
-    span = local_span(hold.during.lower, hold.during.upper)
-    if hold.kind == HoldKind.MAINTENANCE:
-        return _("GPU %(gpu)s is in maintenance %(span)s.") % {"gpu": hold.gpu, "span": span}
-    return _("GPU %(gpu)s is booked %(span)s by team %(team)s.") % {"gpu": hold.gpu, "span": span, "team": hold.team}
-
-
-def first_conflict(gpu_ids: Sequence[int], start: datetime, end: datetime, *, exclude_booking: int | None = None):
-    holds = GpuHold.objects.overlapping(start, end).filter(gpu_id__in=gpu_ids).select_related("gpu__node", "team")
-    if exclude_booking is not None:
-        holds = holds.exclude(booking_id=exclude_booking)
-    return holds.order_by("during", "gpu__node__hostname", "gpu__index").first()
 
 
 def _hold_write(write: Callable[[], None], *, attempts: int = 3) -> bool:
@@ -181,32 +158,6 @@ def _check_team_cap(*, team: Team, limits: Limits, start: datetime, end: datetim
     if most_held_at_once(ranges) > limits.max_gpus_held:
         raise BookingRefused(400, "count", _("team %(team)s may hold at most %(n)d GPUs at once.")
                              % {"team": team, "n": limits.max_gpus_held})
-
-
-def candidate_gpus(gpu_model: GpuModel) -> list[Candidate]:
-    rows = bookable_gpus().filter(model=gpu_model, node__status=NodeStatus.UP).values_list(
-        "pk", "node_id", "node__hostname", "index"
-    )
-    return [Candidate(*row) for row in rows]
-
-
-def busy_ranges(gpu_ids: Sequence[int], start: datetime, end: datetime) -> dict[int, list[tuple[int, int]]]:
-    """[lo, hi) in epoch seconds of every active hold on ``gpu_ids`` that overlaps ``[start, end)``, by GPU."""
-    busy: dict[int, list[tuple[int, int]]] = {}
-    # Bounds as integers: parsing 20,000 timestamps costs far more than the query and the search.
-    rows = GpuHold.objects.overlapping(start, end).filter(gpu_id__in=gpu_ids).values_list(
-        "gpu_id", RangeBoundEpoch("during", function="lower"), RangeBoundEpoch("during", function="upper"),
-    )
-    for gpu_id, lo, hi in rows:
-        busy.setdefault(gpu_id, []).append((lo, hi))
-    return busy
-
-
-class RangeBoundEpoch(Func):
-    """A bound of a tstzrange (``function`` lower or upper) as whole epoch seconds."""
-
-    template = "floor(extract(epoch from %(function)s(%(expressions)s)))::bigint"
-    output_field = BigIntegerField()
 
 
 def _insert_holds(booking: Booking, gpu_ids: Sequence[int]) -> None:
@@ -379,12 +330,6 @@ def bookings_end_due(*, now: datetime) -> int:
     return Booking.objects.filter(status=BookingStatus.BOOKED, end__lte=now).update(
         status=BookingStatus.ENDED, closed_at=now
     )
-
-
-def node_gpu_ids(node: Node) -> list[int]:
-    """The node's whole GPUs that are not retired: what a maintenance window holds."""
-    gpus = Gpu.objects.filter(node=node, mig_parent__isnull=True).exclude(status=GpuStatus.RETIRED)
-    return list(gpus.values_list("pk", flat=True))
 
 
 @transaction.atomic

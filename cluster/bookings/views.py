@@ -21,6 +21,7 @@ from django.views.decorators.http import require_POST
 
 from cluster.bookings.calendar import GROUP_BY_MODEL, calendar_for_week, legend, week_bounds
 from cluster.bookings.forms import LOCAL_MINUTE, BookingEndForm, BookingForm, WeekForm, initial_from_query
+from cluster.bookings.holds import local_span
 from cluster.bookings.selectors import availability, bookings_for_list
 from cluster.bookings.services import (
     BookingRefused,
@@ -29,7 +30,6 @@ from cluster.bookings.services import (
     booking_limits,
     booking_set_end,
     bookings_writable_by,
-    local_span,
 )
 from cluster.bookings.slots import ceil_to_grid, floor_to_grid
 from cluster.models import Booking, BookingMode, BookingStatus, GpuHold, GpuModel
