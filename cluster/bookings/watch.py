@@ -20,8 +20,20 @@ from django.utils.translation import ngettext
 from cluster.bookings.services import booking_limits, booking_release, bookings_end_due
 from cluster.bookings.slots import ceil_to_grid, floor_to_grid, idle_clock, minute_state
 from cluster.choices import AlertKind, AlertSubject, AlertTier
-from cluster.models import Alert, Booking, BookingStatus, Gpu, GpuHold, HoldKind, MinuteRollup
+from cluster.models import (
+    Alert,
+    Allocation,
+    Booking,
+    BookingStatus,
+    Gpu,
+    GpuHold,
+    HoldKind,
+    Job,
+    MinuteRollup,
+    Node,
+)
 from cluster.status.services import alert_close, alert_raise
+from teams.models import Team
 
 # The idle clock reads at most this many minutes beyond the team's longest idle limit: unmeasured
 # minutes pause the clock, and a pause longer than this margin delays a release (never hastens one).
@@ -217,17 +229,21 @@ def bookings_remind(*, now: datetime) -> int:
     return reminded
 
 
-_CONFLICT_SQL = """
+# The tables of the conflict query, by their models.
+HOLD, BOOKING, TEAM = GpuHold._meta.db_table, Booking._meta.db_table, Team._meta.db_table
+GPU, NODE, ALLOCATION, JOB = Gpu._meta.db_table, Node._meta.db_table, Allocation._meta.db_table, Job._meta.db_table
+
+_CONFLICT_SQL = f"""
     SELECT DISTINCT h.booking_id, bt.name, n.hostname, g.index, j.team_id, jt.name
-    FROM cluster_gpuhold h
-    JOIN cluster_booking b ON b.id = h.booking_id
-    JOIN accounting_team bt ON bt.id = b.team_id
-    JOIN cluster_gpu g ON g.id = h.gpu_id
-    JOIN cluster_node n ON n.id = g.node_id
-    JOIN cluster_gpu ag ON ag.id = h.gpu_id OR ag.mig_parent_id = h.gpu_id
-    JOIN cluster_allocation a ON a.gpu_id = ag.id
-    JOIN cluster_job j ON j.id = a.job_id
-    LEFT JOIN accounting_team jt ON jt.id = j.team_id
+    FROM {HOLD} h
+    JOIN {BOOKING} b ON b.id = h.booking_id
+    JOIN {TEAM} bt ON bt.id = b.team_id
+    JOIN {GPU} g ON g.id = h.gpu_id
+    JOIN {NODE} n ON n.id = g.node_id
+    JOIN {GPU} ag ON ag.id = h.gpu_id OR ag.mig_parent_id = h.gpu_id
+    JOIN {ALLOCATION} a ON a.gpu_id = ag.id
+    JOIN {JOB} j ON j.id = a.job_id
+    LEFT JOIN {TEAM} jt ON jt.id = j.team_id
     WHERE h.kind = %(kind)s AND h.active
       AND h.during && tstzrange(%(since)s, %(now)s, '[]')
       AND a.start < %(now)s AND (a."end" IS NULL OR a."end" > %(since)s)
@@ -236,7 +252,7 @@ _CONFLICT_SQL = """
             * tstzrange(a.start, GREATEST(a.start, COALESCE(a."end", %(now)s)), '[)'))
       AND j.team_id IS DISTINCT FROM h.team_id
     ORDER BY h.booking_id, n.hostname, g.index, jt.name NULLS LAST
-"""
+"""  # noqa: S608 (the models' tables; values are bound)
 
 
 def _conflict_rows(now: datetime) -> list[tuple]:

@@ -25,9 +25,11 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from cluster.jobs.services import JOB_FIELDS, JobInput, unplaced_share
-from cluster.models import AllocationOrigin, Job, JobState
+from cluster.models import Allocation, AllocationOrigin, Job, JobState
 
 CHUNK = 5_000
+JOB = Job._meta.db_table
+ALLOCATION = Allocation._meta.db_table
 _COPY_TYPES = {"CharField": "text", "ForeignKey": "int8", "IntegerField": "int4", "DecimalField": "numeric",
                "BooleanField": "bool", "DateTimeField": "timestamptz"}
 _FIELDS = [Job._meta.get_field(name) for name in ("source", "external_id", "start_time", *JOB_FIELDS)]
@@ -42,12 +44,12 @@ STAGING_DDL = (
     "CREATE TEMP TABLE IF NOT EXISTS job_realloc (job_id int8) ON COMMIT DELETE ROWS; "
     "TRUNCATE job_staging, job_alloc_staging, job_realloc"
 )
-ADOPT_SQL = """
-    UPDATE cluster_job j SET start_time = v.start_time, updated_at = %(now)s
+ADOPT_SQL = f"""
+    UPDATE {JOB} j SET start_time = v.start_time, updated_at = %(now)s
     FROM unnest(%(ids)s::int8[], %(starts)s::timestamptz[]) AS v (id, start_time) WHERE j.id = v.id
-"""
+"""  # noqa: S608 (the model's table; values are bound)
 UPSERT_SQL = f"""
-    INSERT INTO cluster_job AS j ({_COLUMNS}, created_at, updated_at)
+    INSERT INTO {JOB} AS j ({_COLUMNS}, created_at, updated_at)
     SELECT {_COLUMNS}, %(now)s, %(now)s FROM job_staging
     ORDER BY source, external_id, start_time  -- two imports lock the runs they share in one order
     ON CONFLICT ON CONSTRAINT job_one_row_per_run DO UPDATE
@@ -56,32 +58,32 @@ UPSERT_SQL = f"""
     RETURNING j.id, j.xmax = 0
 """  # noqa: S608 (built from model metadata only; values are bound)
 # Every staged run's id, written or not (the upsert returns only the rows it wrote).
-LINK_SQL = """
-    UPDATE job_staging s SET job_id = j.id FROM cluster_job j
+LINK_SQL = f"""
+    UPDATE job_staging s SET job_id = j.id FROM {JOB} j
     WHERE j.source = s.source AND j.external_id = s.external_id AND j.start_time IS NOT DISTINCT FROM s.start_time;
     ANALYZE job_staging
-"""
+"""  # noqa: S608 (the model's table)
 # Runs whose stored scheduler allocations differ from the wanted ones, as multisets. job_upsert keeps
 # an allocation that matches and replaces the others; replacing all of a changed run's gives the same rows.
-REALLOC_SQL = """
+REALLOC_SQL = f"""
     WITH want AS (
         SELECT s.job_id, a.gpu_id, a.gpu_model_id, a.share, s.start_time, s.end_time
         FROM job_alloc_staging a JOIN job_staging s USING (ord)
     ), have AS (
         SELECT a.job_id, a.gpu_id, CASE WHEN a.gpu_id IS NULL THEN a.gpu_model_id END, a.share, a.start, a."end"
-        FROM cluster_allocation a JOIN job_staging s ON s.job_id = a.job_id WHERE a.origin = %(origin)s
+        FROM {ALLOCATION} a JOIN job_staging s ON s.job_id = a.job_id WHERE a.origin = %(origin)s
     )
     INSERT INTO job_realloc
     SELECT DISTINCT job_id FROM ((TABLE want EXCEPT ALL TABLE have) UNION ALL (TABLE have EXCEPT ALL TABLE want)) d
     RETURNING job_id
-"""
-REPLACE_SQL = """
+"""  # noqa: S608 (the model's table; values are bound)
+REPLACE_SQL = f"""
     ANALYZE job_realloc;
-    DELETE FROM cluster_allocation a USING job_realloc r WHERE a.job_id = r.job_id AND a.origin = %(origin)s;
-    INSERT INTO cluster_allocation (job_id, gpu_id, gpu_model_id, share, start, "end", origin)
+    DELETE FROM {ALLOCATION} a USING job_realloc r WHERE a.job_id = r.job_id AND a.origin = %(origin)s;
+    INSERT INTO {ALLOCATION} (job_id, gpu_id, gpu_model_id, share, start, "end", origin)
     SELECT s.job_id, a.gpu_id, a.gpu_model_id, a.share, s.start_time, s.end_time, %(origin)s
     FROM job_alloc_staging a JOIN job_staging s USING (ord) JOIN job_realloc r ON r.job_id = s.job_id
-"""
+"""  # noqa: S608 (the model's table; values are bound)
 
 
 @dataclass(frozen=True)
