@@ -56,6 +56,11 @@ Failures: an ``NVMLError`` reading one field makes that field null. ``GpuIsLost`
 the other GPUs are still sampled; a GPU whose handle or UUID cannot be had at start is retried each
 interval. Each distinct error (GPU, what, error code) is logged once: ``NotSupported`` and
 ``NoPermission`` at INFO, others at WARNING.
+
+Long because it wraps one library's device queries in one object: ``NvmlBackend`` holds the NVML
+session, each GPU's handles and counters (utilization sample cursors, energy and ECC baselines, the
+XID event set) and the once-per-error log, which the inventory and every field's read share. Split
+by field, each piece would need all of that state back.
 """
 
 from __future__ import annotations

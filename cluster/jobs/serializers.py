@@ -4,6 +4,12 @@ Writes go through ``cluster.jobs.services.job_upsert``; the write serializer onl
 names (team, project, GPU model, node and GPU indices) and checks the rules, so every 400 names its
 field. A write merges onto the stored run: fields a request leaves out keep their stored values (a
 new run takes the defaults), so an epilog may post only what it learnt.
+
+Long because the jobs API's three serializers (read, write, filters) are one page module: the
+architecture rules know page code by its module name (``serializers``, ``api``, ``views``), so a second
+file for the write serializer would read as domain code importing pages. Most of the length is
+:class:`JobWriteSerializer`, which turns a scheduler hook's record (team, project and model names,
+node and GPU indices, times) into ``job_upsert``'s keywords, merged onto the stored run.
 """
 
 from __future__ import annotations
