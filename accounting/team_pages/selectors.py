@@ -28,7 +28,8 @@ from django.utils.translation import gettext
 from accounting.models import DailyUnplacedUsage, DailyUsage, Quota
 from accounting.money.statements import TOTAL_KIND, cost_team_ids, priced_usage
 from accounting.quotas.selectors import QuotaStatus, quota_statuses
-from accounting.usage.report import row_figures, usage_report
+from accounting.usage.figures import row_figures
+from accounting.usage.report import usage_report
 from accounting.usage.states import ALLOCATED_STATES, BUSY, UNMEASURED
 from cluster.choices import AlertKind, AlertSubject, AlertTier
 from cluster.jobs.kpis import AllocationSpan, MinuteUsage, job_usage, percent

@@ -31,11 +31,8 @@ day holding now is read from its aggregates, which the aggregation keeps current
 Rows hold only what has usage, sorted by team name and project name (usage without a team or project
 last), model short name, hostname, or hostname and GPU index.
 
-**Figures.** Card-hours are ``Decimal`` with 4 places, converted once from integer ticks (1 card-hour =
-840,000 × 3,600 ticks) by :func:`apportion` (largest remainder), so that each row adds up exactly: the
-row's exact total (capacity for GPU rows, allocated for team and project rows) is rounded half-up, and
-its parts each lie within 0.0001 of their exact value and sum to it; allocated is busy + idle +
-unmeasured of the rounded parts.
+**Figures.** Card-hours are ``Decimal`` with 4 places, converted once from integer ticks so that each
+row adds up exactly (:func:`accounting.usage.figures.row_figures`).
 
 **data_complete_to** (:func:`accounting.usage.selectors.data_complete_to`): how far the figures can be
 trusted; the cluster's watermark on team, project and model rows and on the report, the node's on node
@@ -57,10 +54,9 @@ signed-in role sees them.
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from collections.abc import Hashable, Mapping
+from collections.abc import Hashable
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
-from decimal import Decimal
 from functools import cached_property
 
 from django.db import connection
@@ -70,13 +66,13 @@ from django.utils.translation import gettext as _
 
 from accounting.models import DailyUnplacedUsage, DailyUsage, UsageDirty
 from accounting.money.exports import json_value, rows_as_json
+from accounting.usage.figures import row_figures
 from accounting.usage.selectors import data_complete_to
 from accounting.usage.services import unplaced_of_window, usage_of_window
-from accounting.usage.states import ALLOCATED_STATES, STATES, UNMEASURED
+from accounting.usage.states import ALLOCATED_STATES, UNMEASURED
 from cluster.models import DirtyBucket, Gpu
 from cluster.telemetry.rollups import floor_minute
 from core.timeutils import business_day_bounds, business_day_of, business_today, business_zone
-from core.units import TICKS_PER_CARD_HOUR
 from teams.models import Project, Team
 from teams.roles import sees_all_teams
 
@@ -88,7 +84,6 @@ COLUMNS = [
     "data_complete_to",
 ]
 TIME_COLUMNS = ("start", "end", "data_complete_to")
-PLACES = 4
 MAX_SPAN = timedelta(days=400)
 
 
@@ -135,42 +130,6 @@ class UsageReport:
 
 
 # ---- pure helpers ---------------------------------------------------------------------------------------
-
-def apportion(ticks_by_part: Mapping[str, int], places: int = PLACES, *,
-              ticks_per_unit: int = TICKS_PER_CARD_HOUR) -> dict[str, Decimal]:
-    """Each part's ticks in card-hours to ``places`` decimals, adding up exactly to the total rounded half-up.
-
-    Largest remainder: every part gets its floored value, then one last-place unit goes to the parts with
-    the largest remainders (ties: in the order given) until they sum to the rounded total. Each part ends
-    within one unit of its exact value. Ticks are whole and not negative."""
-    if any(ticks < 0 for ticks in ticks_by_part.values()):
-        raise ValueError("ticks must not be negative")
-    scale = 10**places
-    floors = {part: ticks * scale // ticks_per_unit for part, ticks in ticks_by_part.items()}
-    remainders = {part: ticks * scale % ticks_per_unit for part, ticks in ticks_by_part.items()}
-    total = sum(ticks_by_part.values())
-    rounded_total = (2 * total * scale + ticks_per_unit) // (2 * ticks_per_unit)
-    extra = rounded_total - sum(floors.values())
-    for part in sorted(floors, key=lambda p: -remainders[p])[:extra]:
-        floors[part] += 1
-    return {part: Decimal(units).scaleb(-places) for part, units in floors.items()}
-
-
-def row_figures(ticks: Mapping[str, int], *, gpu_level: bool) -> dict[str, Decimal | None]:
-    """The card-hour columns of one row from its ticks per state (see the module docstring)."""
-    if gpu_level:
-        parts = apportion({state: ticks.get(state, 0) for state in STATES})
-        capacity = sum(parts.values(), Decimal(0))
-    else:
-        parts = apportion({state: ticks.get(state, 0) for state in ALLOCATED_STATES})
-        parts.update({"unallocated": None, "down": None})
-        capacity = None
-    return {
-        "card_hours_allocated": sum((parts[state] for state in ALLOCATED_STATES), Decimal(0)),
-        **{f"card_hours_{state}": parts[state] for state in STATES},
-        "capacity_card_hours": capacity,
-    }
-
 
 def report_columns(by: str) -> list[str]:
     """:data:`COLUMNS`, with the key column ``node`` or ``gpu`` after ``gpu_model`` for those groupings."""

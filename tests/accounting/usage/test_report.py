@@ -14,13 +14,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from accounting.models import DailyUnplacedUsage, DailyUsage
+from accounting.usage.figures import apportion, row_figures
 from accounting.usage.report import (
     COLUMNS,
-    TICKS_PER_CARD_HOUR,
     UsageReportRefused,
-    apportion,
     report_columns,
-    row_figures,
     usage_report,
     usage_report_ticks,
     whole_days_and_edges,
@@ -29,6 +27,7 @@ from accounting.usage.services import aggregate_day, unplaced_of_window, usage_o
 from accounting.usage.states import ALLOCATED_STATES, STATES
 from cluster.bookings.services import booking_create
 from cluster.models import Allocation, Gpu, GpuModel, Job, MinuteRollup, Node, NodeStatusPeriod
+from core.units import TICKS_PER_CARD_HOUR
 from tests.conftest import T0
 
 GPU = 840_000
