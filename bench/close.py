@@ -14,7 +14,7 @@ from django.db import connection, transaction
 
 from accounting.models import LedgerEntry, Quota, RateCard
 from accounting.money.close import close_period
-from bench.usage import _MONTH_UNPLACED, _MONTH_USAGE, MONTH, _cluster, _group_once
+from bench.usage import _MONTH_UNPLACED, _MONTH_USAGE, DAILY_USAGE, MONTH, _cluster, _group_once
 from cluster.models import CollectionState, GpuModel, Node
 from core.timeutils import business_day_bounds
 
@@ -37,7 +37,7 @@ def bench_close() -> dict:
                 cursor.execute(_MONTH_USAGE, params)
                 daily_rows = cursor.rowcount
                 cursor.execute(_MONTH_UNPLACED, params)
-                cursor.execute("ANALYZE accounting_dailyusage")
+                cursor.execute(f"ANALYZE {DAILY_USAGE}")
             RateCard.objects.filter(gpu_model=model).delete()
             RateCard.objects.create(gpu_model=model, valid_from=first, valid_until=first.replace(day=15),
                                     price_per_card_hour=Decimal("28"), currency="CNY")

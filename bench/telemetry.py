@@ -11,11 +11,13 @@ from datetime import UTC, datetime
 
 from django.db import connection, transaction
 
-from cluster.models import Gpu, GpuModel, Node
+from cluster.models import DirtyBucket, Gpu, GpuModel, Node, Sample
 from cluster.telemetry.agent_client import NDJSON, parse_samples_page
 from cluster.telemetry.ingest import COPY_SQL, STAGING_DDL, VALIDATE_ONLY_SQL, ingest_json_lines
 
 PAGE = 20_000
+SAMPLE = Sample._meta.db_table
+DIRTY_BUCKET = DirtyBucket._meta.db_table
 T0 = 1_793_577_600  # 2026-11-02 00:00 UTC
 
 
@@ -60,7 +62,7 @@ def _pages(uuids: list[str], records: int, now_s: int) -> list[bytes]:
 
 def _truncate() -> None:
     with connection.cursor() as cursor:
-        cursor.execute("TRUNCATE cluster_sample, cluster_dirtybucket")
+        cursor.execute(f"TRUNCATE {SAMPLE}, {DIRTY_BUCKET}")
 
 
 def bench_collector(records: int = 1_000_000, gpus: int = 1000) -> dict:
@@ -105,8 +107,8 @@ def bench_collector(records: int = 1_000_000, gpus: int = 1000) -> dict:
 def _typed_rows() -> list[tuple]:
     with connection.cursor() as cursor:
         cursor.execute(
-            "SELECT gpu_id, ts, interval_s, util_gpu, util_gpu_max, util_mem, mem_used_mib, mem_total_mib, power_w, "
-            "energy_j, temp_c, sm_clock_mhz, xid_count, ecc_dbe_count, processes FROM cluster_sample"
+            "SELECT gpu_id, ts, interval_s, util_gpu, util_gpu_max, util_mem, mem_used_mib, mem_total_mib, power_w, "  # noqa: S608
+            f"energy_j, temp_c, sm_clock_mhz, xid_count, ecc_dbe_count, processes FROM {SAMPLE}"  # a constant table
         )
         return cursor.fetchall()
 
@@ -118,10 +120,10 @@ TYPES = ("int8", "timestamptz", "int4", "float8", "float8", "float8", "int4", "i
 
 
 def _raw_copy(rows: list[tuple], *, binary: bool) -> float:
-    """Baseline: the already-typed rows straight into cluster_sample with psycopg's COPY (its C row
+    """Baseline: the already-typed rows straight into the sample table with psycopg's COPY (its C row
     formatting, text or binary), no checks, no upsert."""
     _truncate()
-    sql = f"COPY cluster_sample ({', '.join(COLUMNS)}) FROM STDIN" + (" (FORMAT BINARY)" if binary else "")
+    sql = f"COPY {SAMPLE} ({', '.join(COLUMNS)}) FROM STDIN" + (" (FORMAT BINARY)" if binary else "")
     started = time.perf_counter()
     with transaction.atomic(), connection.cursor() as cursor, cursor.cursor.copy(sql) as copy:
         copy.set_types(list(TYPES))

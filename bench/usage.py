@@ -23,9 +23,21 @@ from django.contrib.auth import get_user_model
 from django.db import connection, transaction
 from django.db.backends.postgresql.psycopg_any import DateTimeTZRange
 
+from accounting.models import DailyUnplacedUsage, DailyUsage
 from accounting.usage.report import usage_report
 from accounting.usage.services import aggregate_day
-from cluster.models import Allocation, Booking, Gpu, GpuHold, GpuModel, HoldKind, Job, Node, NodeStatusPeriod
+from cluster.models import (
+    Allocation,
+    Booking,
+    Gpu,
+    GpuHold,
+    GpuModel,
+    HoldKind,
+    Job,
+    MinuteRollup,
+    Node,
+    NodeStatusPeriod,
+)
 from core.timeutils import business_day_bounds
 from core.units import WHOLE_GPU_SHARE
 from teams.models import Project, Team
@@ -36,6 +48,9 @@ NODES, GPUS_PER_NODE, TEAMS = 125, 8, 20
 ALLOCATIONS_PER_GPU = 3
 RUNS = 3
 HOUR = timedelta(hours=1)
+MINUTE_ROLLUP = MinuteRollup._meta.db_table
+DAILY_USAGE = DailyUsage._meta.db_table
+DAILY_UNPLACED_USAGE = DailyUnplacedUsage._meta.db_table
 
 
 def _cluster() -> tuple[list[int], list[int], list[Team], list[Project]]:
@@ -70,15 +85,15 @@ def _median_seconds(call) -> float:
 
 # --- One day of minute rollups → daily aggregates ---------------------------------------------------------
 
-_DAY_ROLLUPS = """
-INSERT INTO cluster_minuterollup (gpu_id, bucket, util_mean, util_max, util_mem_mean, mem_used_max_mib, power_mean_w,
+_DAY_ROLLUPS = f"""
+INSERT INTO {MINUTE_ROLLUP} (gpu_id, bucket, util_mean, util_max, util_mem_mean, mem_used_max_mib, power_mean_w,
                                   energy_j, temp_max_c, xid_count, ecc_dbe_count, covered_s, util_covered_s, sample_count)
 SELECT g.id, m, u, least(100, u + 5), u / 2, 50000, 100 + 5 * u, (100 + 5 * u) * 60, 50, 0, 0, 60, 60, 6
 FROM unnest(%(gpus)s::bigint[]) AS g(id)
 CROSS JOIN generate_series(%(start)s::timestamptz, %(end)s::timestamptz - interval '1 minute', interval '1 minute') m
 CROSS JOIN LATERAL (SELECT ((g.id * 7919 + extract(epoch FROM m)::bigint / 60 * 104729) %% 100)::float8 AS u) r
 WHERE NOT (g.id = ANY(%(down_gpus)s) AND m >= %(down_from)s AND m < %(down_to)s)
-"""
+"""  # noqa: S608 (table names from model metadata; values are bound)
 
 
 def _day_inputs(gpu_ids, node_ids, teams, projects) -> dict:
@@ -125,7 +140,7 @@ def _day_inputs(gpu_ids, node_ids, teams, projects) -> dict:
 def _read_rollups_once(gpu_ids, start, end) -> None:
     with connection.cursor() as cursor:
         cursor.execute(
-            "SELECT gpu_id, sum(util_covered_s), count(*) FROM cluster_minuterollup "
+            f"SELECT gpu_id, sum(util_covered_s), count(*) FROM {MINUTE_ROLLUP} "  # noqa: S608 (table names from model metadata; values are bound)
             "WHERE gpu_id = ANY(%s) AND bucket >= %s AND bucket < %s GROUP BY gpu_id",
             [gpu_ids, start, end],
         )
@@ -154,8 +169,8 @@ def bench_usage_day() -> dict:
 
 # Per GPU and day: a first team 6–14 h, a second team 0–8 h, each busy / idle / unmeasured; down 2 h on one
 # GPU-day in fifty; the rest unallocated. Whole seconds × 840,000 ticks, adding up to the day exactly.
-_MONTH_USAGE = """
-INSERT INTO accounting_dailyusage (day, gpu_id, state, team_id, project_id, ticks)
+_MONTH_USAGE = f"""
+INSERT INTO {DAILY_USAGE} (day, gpu_id, state, team_id, project_id, ticks)
 SELECT p.day, p.gpu_id, s.state, s.team_id, s.project_id, s.seconds::bigint * 840000
 FROM (
     SELECT d::date AS day, g.id AS gpu_id, k, n,
@@ -178,20 +193,20 @@ CROSS JOIN LATERAL (VALUES
     ('unallocated', NULL, NULL, 86400 - first_s - second_s - down_s)
 ) s(state, team_id, project_id, seconds)
 WHERE s.seconds > 0
-"""
+"""  # noqa: S608 (table names from model metadata; values are bound)
 
-_MONTH_UNPLACED = """
-INSERT INTO accounting_dailyunplacedusage (day, team_id, project_id, gpu_model_id, ticks)
+_MONTH_UNPLACED = f"""
+INSERT INTO {DAILY_UNPLACED_USAGE} (day, team_id, project_id, gpu_model_id, ticks)
 SELECT d::date, t.id, NULL, %(model)s, (3600 + t.k * 600)::bigint * 840000
 FROM generate_series(%(first)s::date, %(last)s::date, interval '1 day') d
 CROSS JOIN unnest(%(teams)s::bigint[]) WITH ORDINALITY AS t(id, k)
-"""
+"""  # noqa: S608 (table names from model metadata; values are bound)
 
 
 def _group_once(column: str, first: date, last: date) -> None:
     with connection.cursor() as cursor:
         cursor.execute(
-            f"SELECT {column}, state, sum(ticks) FROM accounting_dailyusage "  # noqa: S608 (a constant column)
+            f"SELECT {column}, state, sum(ticks) FROM {DAILY_USAGE} "  # noqa: S608 (a constant column and table)
             "WHERE day >= %s AND day <= %s GROUP BY 1, 2",
             [first, last],
         )
@@ -212,7 +227,7 @@ def bench_usage_report() -> dict:
             usage_rows = cursor.rowcount
             cursor.execute(_MONTH_UNPLACED, params)
             unplaced_rows = cursor.rowcount
-            cursor.execute("ANALYZE accounting_dailyusage")
+            cursor.execute(f"ANALYZE {DAILY_USAGE}")
         start, end = business_day_bounds(first)[0], business_day_bounds(last)[1]
         now = end + timedelta(days=1)
         reports = {}

@@ -18,11 +18,12 @@ from accounting.usage.states import BUSY_FLAG, MINUTE, Claim
 from cluster.bookings.holds import RangeBoundEpoch
 from cluster.bookings.slots import epoch
 from cluster.choices import GpuStatus, NodeStatus
-from cluster.models import Allocation, Gpu, GpuHold, HoldKind, NodeStatusPeriod
+from cluster.models import Allocation, Gpu, GpuHold, HoldKind, MinuteRollup, NodeStatusPeriod
 from core.timewindow import WINDOW_END, WINDOW_START
 from core.units import WHOLE_GPU_SHARE
 
 BOOKING_FIRST, JOBS_AFTER = 0, 1
+MINUTE_ROLLUP = MinuteRollup._meta.db_table
 
 
 @dataclass
@@ -130,17 +131,17 @@ def minute_codes_by_gpu(gpu_ids: Sequence[int], lo: int, hi: int, threshold: flo
     GPU of (minute index, code, energy) built by PostgreSQL and read with numpy, so a day of 1,000 GPUs is
     1,000 rows, not 1.4 M."""
     minutes = (hi - lo) // MINUTE
-    sql = """
+    sql = f"""
         SELECT gpu_id, string_agg(
             int4send(((extract(epoch FROM bucket)::bigint - %(lo)s) / 60)::int)
             || int2send((CASE WHEN util_covered_s > 0 THEN least(util_covered_s, 60)
                               + CASE WHEN util_mean >= %(threshold)s THEN %(busy)s ELSE 0 END ELSE 0 END)::int2)
             || int8send(coalesce(round(energy_j * 1000), 0)::bigint),
             ''::bytea ORDER BY bucket)
-        FROM cluster_minuterollup
+        FROM {MINUTE_ROLLUP}
         WHERE gpu_id = ANY(%(ids)s) AND bucket >= to_timestamp(%(lo)s) AND bucket < to_timestamp(%(hi)s)
         GROUP BY gpu_id
-    """
+    """  # noqa: S608 (the table name from model metadata; values are bound)
     rows_type = np.dtype([("minute", ">i4"), ("code", ">i2"), ("energy", ">i8")])
     out: dict[int, tuple[np.ndarray, np.ndarray]] = {}
     with connection.cursor() as cursor:

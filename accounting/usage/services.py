@@ -22,7 +22,7 @@ from django.db import connection, transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from accounting.models import DailyEnergy, DailyUnplacedUsage, DailyUsage, UsageAggregateState
+from accounting.models import DailyEnergy, DailyUnplacedUsage, DailyUsage, UsageAggregateState, UsageDirty
 from accounting.usage.failures import UsageFailures
 from accounting.usage.inputs import counted_allocations, gpu_windows, physical_gpus
 from accounting.usage.states import settle_claims, split_energy, split_states
@@ -37,6 +37,7 @@ logger = logging.getLogger(__name__)
 
 GpuKey = tuple[int, str, int | None, int | None]  # (gpu id, state, team id, project id)
 UnplacedKey = tuple[int, int | None, int | None]  # (team id, project id, GPU model id)
+USAGE_DIRTY = UsageDirty._meta.db_table
 
 
 def usage_of_window(*, start: datetime, end: datetime, now: datetime, gpu_ids: Sequence[int] | None = None,
@@ -138,11 +139,11 @@ def usage_recompute(*, start: datetime, end: datetime, now: datetime | None = No
 def _claim_marks(limit: int) -> list[tuple]:
     with connection.cursor() as cursor:
         cursor.execute(
-            """
-            DELETE FROM accounting_usagedirty WHERE id IN (
-                SELECT id FROM accounting_usagedirty ORDER BY id LIMIT %s FOR UPDATE SKIP LOCKED
+            f"""
+            DELETE FROM {USAGE_DIRTY} WHERE id IN (
+                SELECT id FROM {USAGE_DIRTY} ORDER BY id LIMIT %s FOR UPDATE SKIP LOCKED
             ) RETURNING gpu_id, node_id, lo, hi
-            """,
+            """,  # noqa: S608 (the table name from model metadata; values are bound)
             [limit],
         )
         return cursor.fetchall()
