@@ -280,7 +280,7 @@ TELEMETRY_MINUTE_RETENTION_DAYS = env_int("TELEMETRY_MINUTE_RETENTION_DAYS", 400
 # Usage states (DESIGN.md §4): an allocated GPU-minute below this mean utilization is idle.
 CARDHOUR_IDLE_THRESHOLD_PCT = env_int("CARDHOUR_IDLE_THRESHOLD_PCT", 5, minimum=0)
 
-# Observed usage: processes the agents see become jobs and allocations (cluster/jobs/observed.py).
+# Observed usage: processes the agents see become jobs and allocations (cluster/jobs/observed/).
 OBSERVED_SCAN_EVERY_S = env_int("OBSERVED_SCAN_EVERY_S", 60, minimum=1)
 # Presence of one process identity at most this far apart is one range (two missed 10 s samples, a job
 # step ending and the next starting); a longer pause splits it, and an observed job's run ends.

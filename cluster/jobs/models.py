@@ -220,7 +220,7 @@ class TeamIdentity(models.Model):
 
 
 class ObservedScanState(models.Model):
-    """How far the observed-usage scan has read one node's samples (cluster/jobs/observed.py)."""
+    """How far the observed-usage scan has read one node's samples (cluster/jobs/observed/)."""
 
     node = models.OneToOneField(
         "cluster.Node", on_delete=models.CASCADE, primary_key=True, related_name="observed_scan", verbose_name=_("node")
