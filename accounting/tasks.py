@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from celery import shared_task
 
+from accounting.notify.webhooks import deliver_webhook  # noqa: F401 (registered under its name: accounting.tasks.deliver_webhook)
 from core.locks import advisory_lock
 
 
@@ -75,16 +76,3 @@ def notify_digests() -> int:
 
     with advisory_lock("accounting.notify_digests") as locked:
         return send_digests(now=timezone.now()) if locked else 0
-
-
-@shared_task(bind=True, name="accounting.tasks.deliver_webhook", ignore_result=True, max_retries=10, time_limit=60,
-             soft_time_limit=45)
-def deliver_webhook(self, delivery_id: int) -> str:
-    """Post one webhook delivery; a failed post is retried after 2, 4, 8, … seconds until the delivery's
-    attempts (NOTIFY_WEBHOOK_MAX_ATTEMPTS) are spent (accounting/notify/webhooks.py)."""
-    from accounting.notify.webhooks import DeliveryRetry, webhook_deliver
-
-    try:
-        return webhook_deliver(delivery_id=delivery_id)
-    except DeliveryRetry as failure:
-        raise self.retry(exc=failure, countdown=2 ** (self.request.retries + 1)) from None

@@ -21,6 +21,7 @@ from django.utils.translation import gettext as _
 from django.utils.translation import ngettext
 
 from accounting.models import DigestSent, Notification, Quota, Subscription, WebhookDelivery, WebhookEndpoint
+from accounting.notify.webhooks import deliver_webhook
 from cluster.choices import AlertSubject, AlertTier
 from cluster.models import Alert, Booking
 from teams.models import Membership
@@ -121,8 +122,6 @@ def _queue_deliveries(alerts: list[Alert], *, now: datetime) -> list[int]:
 
 
 def enqueue_deliveries(delivery_ids: Iterable[int]) -> None:
-    from accounting.tasks import deliver_webhook
-
     for delivery_id in delivery_ids:
         deliver_webhook.delay(delivery_id)
 

@@ -14,6 +14,7 @@ import urllib.parse
 import urllib.request
 from datetime import datetime
 
+from celery import shared_task
 from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
@@ -123,3 +124,15 @@ def webhook_deliver(*, delivery_id: int, now: datetime | None = None) -> str:
     if delivery.status == DeliveryStatus.PENDING:
         raise DeliveryRetry(delivery.last_error)
     return delivery.status
+
+
+@shared_task(bind=True, name="accounting.tasks.deliver_webhook", ignore_result=True, max_retries=10, time_limit=60,
+             soft_time_limit=45)
+def deliver_webhook(self, delivery_id: int) -> str:
+    """Post one webhook delivery; a failed post is retried after 2, 4, 8, … seconds until the delivery's
+    attempts (NOTIFY_WEBHOOK_MAX_ATTEMPTS) are spent. It lives here, not in accounting/tasks.py, so that the
+    services that enqueue it import it from their own domain (accounting/tasks.py re-exports it for Celery)."""
+    try:
+        return webhook_deliver(delivery_id=delivery_id)
+    except DeliveryRetry as failure:
+        raise self.retry(exc=failure, countdown=2 ** (self.request.retries + 1)) from None

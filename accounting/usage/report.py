@@ -71,7 +71,7 @@ from accounting.usage.selectors import data_complete_to
 from accounting.usage.services import unplaced_of_window, usage_of_window
 from accounting.usage.states import ALLOCATED_STATES, UNMEASURED
 from cluster.models import DirtyBucket, Gpu
-from cluster.telemetry.rollups import floor_minute
+from cluster.telemetry.dirty_marks import floor_minute
 from core.timeutils import business_day_bounds, business_day_of, business_today, business_zone
 from teams.models import Project, Team
 from teams.roles import sees_all_teams

@@ -28,7 +28,7 @@ from accounting.usage.inputs import counted_allocations, gpu_windows, physical_g
 from accounting.usage.states import settle_claims, split_energy, split_states
 from cluster.bookings.slots import epoch
 from cluster.models import Gpu
-from cluster.telemetry.rollups import floor_minute
+from cluster.telemetry.dirty_marks import floor_minute
 from core.timeutils import business_day_bounds, business_day_of, business_days, business_today
 from core.timewindow import WINDOW_START
 from core.units import WHOLE_GPU_SHARE

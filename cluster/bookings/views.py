@@ -33,6 +33,7 @@ from cluster.bookings.services import (
 )
 from cluster.bookings.slots import ceil_to_grid, floor_to_grid
 from cluster.models import Booking, BookingMode, BookingStatus, GpuHold, GpuModel
+from core.timeutils import epoch_ms
 from core.timewindow import in_window
 from teams.models import Team
 
@@ -67,8 +68,8 @@ def booking_calendar(request):
         "this_week_url": calendar_url(group=group),
         "is_this_week": week_start <= now < week_end,
         "other_group_url": calendar_url(day=monday, group="" if group == GROUP_BY_MODEL else GROUP_BY_MODEL),
-        "week_start_ms": int(week_start.timestamp() * 1000),
-        "week_end_ms": int(week_end.timestamp() * 1000),
+        "week_start_ms": epoch_ms(week_start),
+        "week_end_ms": epoch_ms(week_end),
         "grid_ms": booking_limits(None).grid_minutes * 60_000,
     })
 
