@@ -23,8 +23,10 @@ from accounting.notify.models import (
 )
 from accounting.usage.models import (
     DailyEnergy,
+    DailyHolderUsage,
     DailyUnplacedUsage,
     DailyUsage,
+    HourlyUsage,
     UsageAggregateState,
     UsageDirty,
     UsageState,
@@ -33,11 +35,13 @@ from accounting.usage.models import (
 __all__ = [
     "ChargePolicy",
     "DailyEnergy",
+    "DailyHolderUsage",
     "DailyUnplacedUsage",
     "DailyUsage",
     "DeliveryStatus",
     "DigestSent",
     "EnergyTariff",
+    "HourlyUsage",
     "LedgerEntry",
     "LedgerKind",
     "MoneyChange",

@@ -88,10 +88,11 @@ def _booking_claims(windows, ids, start, end) -> None:
     holds = GpuHold.objects.filter(kind=HoldKind.BOOKING, active=True, gpu_id__in=ids, during__overlap=(start, end))
     rows = holds.values_list(
         "pk", "gpu_id", "team_id", "project_id", RangeBoundEpoch("during", function="lower"),
-        RangeBoundEpoch("during", function="upper"),
+        RangeBoundEpoch("during", function="upper"), "booking_id",
     )
-    for pk, gpu_id, team_id, project_id, lo, hi in rows:
-        windows[gpu_id].claims.append(Claim(lo, hi, WHOLE_GPU_SHARE, team_id, project_id, (BOOKING_FIRST, lo, pk)))
+    for pk, gpu_id, team_id, project_id, lo, hi, booking_id in rows:
+        windows[gpu_id].claims.append(Claim(lo, hi, WHOLE_GPU_SHARE, team_id, project_id, (BOOKING_FIRST, lo, pk),
+                                            ("booking", booking_id)))
 
 
 def _job_claims(windows, ids, start, end, now_s) -> None:
@@ -99,13 +100,15 @@ def _job_claims(windows, ids, start, end, now_s) -> None:
         counted_allocations()
         .filter(Q(gpu_id__in=ids) | Q(gpu__mig_parent_id__in=ids), start__lt=end)
         .filter(Q(end__isnull=True) | Q(end__gt=start))
-        .values_list("pk", "gpu_id", "gpu__mig_parent_id", "share", "start", "end", "job__team_id", "job__project_id")
+        .values_list("pk", "gpu_id", "gpu__mig_parent_id", "share", "start", "end", "job__team_id", "job__project_id",
+                     "job_id")
     )
-    for pk, gpu_id, parent_id, share, begin, finish, team_id, project_id in allocations:
+    for pk, gpu_id, parent_id, share, begin, finish, team_id, project_id, job_id in allocations:
         lo = epoch(begin)
         hi = now_s if finish is None else epoch(finish)
         physical = parent_id or gpu_id
-        windows[physical].claims.append(Claim(lo, max(lo, hi), share, team_id, project_id, (JOBS_AFTER, lo, pk)))
+        windows[physical].claims.append(Claim(lo, max(lo, hi), share, team_id, project_id, (JOBS_AFTER, lo, pk),
+                                              ("job", job_id)))
 
 
 def _down_ranges(windows, ids, start, end, now_s) -> None:

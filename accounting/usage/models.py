@@ -1,7 +1,8 @@
 """Daily usage aggregates (DESIGN.md §4): every GPU's business day split into the five states, in
-integer ticks, per team and project; unplaced allocations per team, project and GPU model; and the
-queue of ranges whose aggregates must be recomputed (filled by database triggers, so every writer of
-rollups, allocations, holds and node statuses marks what it touched)."""
+integer ticks, per team and project; the same by hour (per team) and by holder (job or booking, for
+the daily board); unplaced allocations per team, project and GPU model; and the queue of ranges whose
+aggregates must be recomputed (filled by database triggers, so every writer of rollups, allocations,
+holds and node statuses marks what it touched)."""
 
 from __future__ import annotations
 
@@ -145,3 +146,98 @@ class DailyEnergy(models.Model):
 
     def __str__(self) -> str:
         return f"{self.day} gpu {self.gpu_id} team {self.team_id} {self.millijoules} mJ"
+
+
+class HourlyUsage(models.Model):
+    """Ticks of one GPU in one state, held by one team (or none), over one hour of a business day: the
+    day's rows sum exactly, per GPU, state and team, to its daily usage (over projects)."""
+
+    day = models.DateField(_("day"), help_text=_("Business day (CARDHOUR_BUSINESS_TIME_ZONE)."))
+    hour = models.DateTimeField(_("hour"), help_text=_(
+        "Start of the UTC hour, or the day's start where the business day begins inside an hour."))
+    gpu = models.ForeignKey(
+        "cluster.Gpu", on_delete=models.PROTECT, related_name="+", verbose_name=_("GPU"), db_index=False,
+    )
+    state = models.CharField(_("state"), max_length=16, choices=UsageState.choices)
+    team = models.ForeignKey(
+        "teams.Team", on_delete=models.PROTECT, null=True, blank=True, related_name="+", verbose_name=_("team"),
+        db_index=False,
+    )
+    ticks = models.BigIntegerField(_("ticks"), help_text=_("1/840,000 GPU-second each."))
+
+    class Meta:
+        verbose_name = _("hourly usage")
+        verbose_name_plural = _("hourly usage")
+        # The unique index leads with the day: it serves reading a day; (gpu, day) serves a GPU's hours.
+        indexes = [models.Index(fields=["gpu", "day"])]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["day", "hour", "gpu", "state", "team"], nulls_distinct=False, name="hourly_usage_one_row",
+            ),
+            models.CheckConstraint(condition=models.Q(ticks__gt=0), name="hourly_usage_positive"),
+            models.CheckConstraint(condition=models.Q(state__in=UsageState.values), name="hourly_usage_known_state"),
+            models.CheckConstraint(
+                condition=models.Q(state__in=["busy", "idle", "unmeasured"]) | models.Q(team__isnull=True),
+                name="hourly_usage_team_only_when_allocated",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.hour:%Y-%m-%d %H:%M} gpu {self.gpu_id} {self.state} {self.ticks}"
+
+
+class DailyHolderUsage(models.Model):
+    """Allocated ticks of one business day held by one job or booking on one GPU (none: an unplaced job)
+    in one state: per day, GPU, state, team and project the holders sum to the daily usage."""
+
+    day = models.DateField(_("day"))
+    gpu = models.ForeignKey(
+        "cluster.Gpu", on_delete=models.PROTECT, null=True, blank=True, related_name="+", verbose_name=_("GPU"),
+        db_index=False,
+    )
+    # A deleted job or booking takes its rows along; the trigger on its allocations or holds marks the
+    # day for recomputing, which rewrites the rest.
+    job = models.ForeignKey(
+        "cluster.Job", on_delete=models.CASCADE, null=True, blank=True, related_name="+", verbose_name=_("job"),
+    )
+    booking = models.ForeignKey(
+        "cluster.Booking", on_delete=models.CASCADE, null=True, blank=True, related_name="+",
+        verbose_name=_("booking"),
+    )
+    team = models.ForeignKey(
+        "teams.Team", on_delete=models.PROTECT, null=True, blank=True, related_name="+", verbose_name=_("team"),
+        db_index=False,
+    )
+    project = models.ForeignKey(
+        "teams.Project", on_delete=models.PROTECT, null=True, blank=True, related_name="+",
+        verbose_name=_("project"), db_index=False,
+    )
+    state = models.CharField(_("state"), max_length=16, choices=UsageState.choices)
+    ticks = models.BigIntegerField(_("ticks"), help_text=_("1/840,000 GPU-second each."))
+
+    class Meta:
+        verbose_name = _("daily holder usage")
+        verbose_name_plural = _("daily holder usage")
+        indexes = [models.Index(fields=["day", "team"]), models.Index(fields=["gpu", "day"])]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["day", "gpu", "job", "booking", "state"], nulls_distinct=False, name="daily_holder_one_row",
+            ),
+            models.CheckConstraint(condition=models.Q(ticks__gt=0), name="daily_holder_positive"),
+            models.CheckConstraint(
+                condition=models.Q(state__in=["busy", "idle", "unmeasured"]), name="daily_holder_allocated_state",
+            ),
+            models.CheckConstraint(
+                condition=models.Q(job__isnull=False, booking__isnull=True)
+                | models.Q(job__isnull=True, booking__isnull=False),
+                name="daily_holder_one_holder",
+            ),
+            models.CheckConstraint(
+                condition=models.Q(gpu__isnull=False) | models.Q(job__isnull=False, state="unmeasured"),
+                name="daily_holder_unplaced_is_a_job_unmeasured",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        holder = f"job {self.job_id}" if self.job_id else f"booking {self.booking_id}"
+        return f"{self.day} gpu {self.gpu_id} {holder} {self.state} {self.ticks}"

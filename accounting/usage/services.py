@@ -22,10 +22,19 @@ from django.db import connection, transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from accounting.models import DailyEnergy, DailyUnplacedUsage, DailyUsage, UsageAggregateState, UsageDirty
+from accounting.models import (
+    DailyEnergy,
+    DailyHolderUsage,
+    DailyUnplacedUsage,
+    DailyUsage,
+    HourlyUsage,
+    UsageAggregateState,
+    UsageDirty,
+)
+from accounting.usage.detail import write_holders, write_hourly
 from accounting.usage.failures import UsageFailures
 from accounting.usage.inputs import counted_allocations, gpu_windows, physical_gpus
-from accounting.usage.states import settle_claims, split_energy, split_states
+from accounting.usage.states import UNMEASURED, settle_claims, split_detail, split_energy, split_states
 from cluster.bookings.slots import epoch
 from cluster.models import Gpu
 from cluster.telemetry.dirty_marks import floor_minute
@@ -41,19 +50,35 @@ USAGE_DIRTY = UsageDirty._meta.db_table
 
 
 def usage_of_window(*, start: datetime, end: datetime, now: datetime, gpu_ids: Sequence[int] | None = None,
-                    energy: Counter | None = None) -> Counter:
+                    energy: Counter | None = None, hourly: Counter | None = None,
+                    holders: Counter | None = None) -> Counter:
     """Ticks per (GPU, state, team, project) over ``[start, end)`` (whole minutes), up to ``now``'s minute.
-    With ``energy``, also adds the millijoules per (GPU, team, project) to it."""
+    With ``energy``, also adds the millijoules per (GPU, team, project) to it; with ``hourly``, the ticks
+    per (GPU, hourly bucket start in epoch seconds, state, team); with ``holders``, the allocated ticks per
+    (GPU, holder, state, team, project), a holder being ("job", id) or ("booking", id). All three come from
+    the same pass and add up exactly to the returned figures."""
     end = min(end, floor_minute(now))
     out: Counter[GpuKey] = Counter()
     if end <= start:
         return out
     lo, hi = epoch(start), epoch(end)
     threshold = settings.CARDHOUR_IDLE_THRESHOLD_PCT
+    detail = hourly is not None or holders is not None
     for window in gpu_windows(start=start, end=end, now=now, gpu_ids=gpu_ids, threshold=threshold):
         pieces = settle_claims(window.claims, WHOLE_GPU_SHARE)
-        states = split_states(start=lo, end=hi, capacity=WHOLE_GPU_SHARE, pieces=pieces, codes=window.codes,
-                              down=window.down)
+        if detail:
+            split = split_detail(start=lo, end=hi, capacity=WHOLE_GPU_SHARE, pieces=pieces, codes=window.codes,
+                                 down=window.down)
+            states = split.states
+            if hourly is not None:
+                for (hour, state, team_id), ticks in split.hours.items():
+                    hourly[(window.gpu_id, hour, state, team_id)] += ticks
+            if holders is not None:
+                for (holder, state, team_id, project_id), ticks in split.holders.items():
+                    holders[(window.gpu_id, holder, state, team_id, project_id)] += ticks
+        else:
+            states = split_states(start=lo, end=hi, capacity=WHOLE_GPU_SHARE, pieces=pieces, codes=window.codes,
+                                  down=window.down)
         for (state, team_id, project_id), ticks in states.items():
             out[(window.gpu_id, state, team_id, project_id)] += ticks
         if energy is not None:
@@ -63,8 +88,9 @@ def usage_of_window(*, start: datetime, end: datetime, now: datetime, gpu_ids: S
     return out
 
 
-def unplaced_of_window(*, start: datetime, end: datetime, now: datetime) -> Counter:
-    """Ticks per (team, project, GPU model) of unplaced allocations over ``[start, end)``, up to ``now``."""
+def unplaced_of_window(*, start: datetime, end: datetime, now: datetime, holders: Counter | None = None) -> Counter:
+    """Ticks per (team, project, GPU model) of unplaced allocations over ``[start, end)``, up to ``now``.
+    With ``holders``, also adds them per (None, ("job", id), "unmeasured", team, project) to it."""
     end = min(end, now)
     out: Counter[UnplacedKey] = Counter()
     if end <= start:
@@ -72,12 +98,15 @@ def unplaced_of_window(*, start: datetime, end: datetime, now: datetime) -> Coun
     rows = (
         counted_allocations().filter(gpu__isnull=True, start__lt=end, job__team__isnull=False)
         .filter(Q(end__isnull=True) | Q(end__gt=start))
-        .values_list("share", "start", "end", "job__team_id", "job__project_id", "gpu_model_id", "job__gpu_model_id")
+        .values_list("share", "start", "end", "job__team_id", "job__project_id", "gpu_model_id", "job__gpu_model_id",
+                     "job_id")
     )
-    for share, begin, finish, team_id, project_id, model_id, job_model_id in rows:
+    for share, begin, finish, team_id, project_id, model_id, job_model_id, job_id in rows:
         seconds = epoch(min(finish or end, end)) - epoch(max(begin, start))
         if seconds > 0:
             out[(team_id, project_id, model_id or job_model_id)] += share * seconds
+            if holders is not None:
+                holders[(None, ("job", job_id), UNMEASURED, team_id, project_id)] += share * seconds
     return out
 
 
@@ -88,16 +117,21 @@ def _lock_day(day: date) -> None:
 
 @transaction.atomic
 def aggregate_day(*, day: date, now: datetime, gpu_ids: Sequence[int] | None = None, unplaced: bool = True) -> int:
-    """Replace ``day``'s rows of ``gpu_ids`` (None: every GPU) and, with ``unplaced``, its unplaced rows.
-    Returns the rows written."""
+    """Replace ``day``'s rows of ``gpu_ids`` (None: every GPU) and, with ``unplaced``, its unplaced rows:
+    daily usage, hourly usage, holders' usage and energy. Returns the rows written."""
     _lock_day(day)
     start, end = business_day_bounds(day)
     energy: Counter = Counter()
-    usage = usage_of_window(start=start, end=end, now=now, gpu_ids=gpu_ids, energy=energy)
-    for table in (DailyUsage, DailyEnergy):
+    hourly: Counter = Counter()
+    holders: Counter = Counter()
+    usage = usage_of_window(start=start, end=end, now=now, gpu_ids=gpu_ids, energy=energy, hourly=hourly,
+                            holders=holders)
+    for table in (DailyUsage, DailyEnergy, HourlyUsage, DailyHolderUsage):
         old = table.objects.filter(day=day)
         if gpu_ids is not None:
             old = old.filter(gpu_id__in=gpu_ids)
+        if table is DailyHolderUsage:
+            old = old.filter(gpu__isnull=False)  # the unplaced jobs' rows go with the unplaced usage, below
         old.delete()
     DailyEnergy.objects.bulk_create(
         [DailyEnergy(day=day, gpu_id=gpu_id, team_id=team_id, project_id=project_id, millijoules=mj)
@@ -110,16 +144,17 @@ def aggregate_day(*, day: date, now: datetime, gpu_ids: Sequence[int] | None = N
          for (gpu_id, state, team_id, project_id), ticks in sorted(usage.items(), key=_sort_key)],
         batch_size=5000,
     )
-    written = len(usage)
+    written = len(usage) + write_hourly(day=day, hourly=hourly)
     if unplaced:
         DailyUnplacedUsage.objects.filter(day=day).delete()
-        rows = unplaced_of_window(start=start, end=end, now=now)
+        DailyHolderUsage.objects.filter(day=day, gpu__isnull=True).delete()
+        rows = unplaced_of_window(start=start, end=end, now=now, holders=holders)
         DailyUnplacedUsage.objects.bulk_create(
             DailyUnplacedUsage(day=day, team_id=team_id, project_id=project_id, gpu_model_id=model_id, ticks=ticks)
             for (team_id, project_id, model_id), ticks in rows.items()
         )
         written += len(rows)
-    return written
+    return written + write_holders(day=day, holders=holders)
 
 
 def _sort_key(item):

@@ -15,6 +15,8 @@ every sum is exact. Two steps:
    ``unmeasured`` (allocated) or ``unallocated``. Covered seconds are taken to fall outside the down
    stretch first (samples arrive while a node is up), so down-and-uncovered = min(down, 60 − covered).
    Each part is floored; the remainder stays unmeasured/unallocated, so the parts add up exactly.
+   :func:`split_detail` also sums the same per-minute parts by hourly bucket and by holder (the job or
+   booking a claim came from), so the hourly and holder figures add up to the daily ones exactly.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from __future__ import annotations
 import itertools
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -30,9 +32,13 @@ BUSY, IDLE, UNMEASURED, UNALLOCATED, DOWN = "busy", "idle", "unmeasured", "unall
 STATES = (BUSY, IDLE, UNMEASURED, UNALLOCATED, DOWN)
 ALLOCATED_STATES = (BUSY, IDLE, UNMEASURED)
 MINUTE = 60
+HOUR = 3600
 BUSY_FLAG = 64  # in a minute code: covered seconds (0–60) + 64 when the mean utilization is at or over the threshold
 
 Key = tuple[str, int | None, int | None]  # (state, team id, project id)
+Holder = tuple[str, int]  # ("job", job id) or ("booking", booking id)
+HourKey = tuple[int, str, int | None]  # (bucket start, epoch seconds; state; team id)
+HolderKey = tuple[Holder, str, int | None, int | None]  # (holder, state, team id, project id)
 
 
 @dataclass(frozen=True)
@@ -45,6 +51,7 @@ class Claim:
     team_id: int | None
     project_id: int | None
     priority: tuple = ()
+    holder: Holder | None = None
 
 
 @dataclass(frozen=True)
@@ -56,6 +63,7 @@ class Piece:
     share: int
     team_id: int | None
     project_id: int | None
+    holder: Holder | None = None
 
 
 def settle_claims(claims: Iterable[Claim], capacity: int) -> list[Piece]:
@@ -73,7 +81,7 @@ def settle_claims(claims: Iterable[Claim], capacity: int) -> list[Piece]:
             if claim.start <= lo and claim.end >= hi:
                 share = min(claim.share, left)
                 left -= share
-                _append(pieces, Piece(lo, hi, share, claim.team_id, claim.project_id))
+                _append(pieces, Piece(lo, hi, share, claim.team_id, claim.project_id, claim.holder))
     return pieces
 
 
@@ -83,9 +91,9 @@ def _append(pieces: list[Piece], piece: Piece) -> None:
         last = pieces[i]
         if last.end < piece.start:
             break
-        if (last.end == piece.start and (last.share, last.team_id, last.project_id)
-                == (piece.share, piece.team_id, piece.project_id)):
-            pieces[i] = Piece(last.start, piece.end, last.share, last.team_id, last.project_id)
+        if (last.end == piece.start and (last.share, last.team_id, last.project_id, last.holder)
+                == (piece.share, piece.team_id, piece.project_id, piece.holder)):
+            pieces[i] = Piece(last.start, piece.end, last.share, last.team_id, last.project_id, last.holder)
             return
     pieces.append(piece)
 
@@ -114,16 +122,48 @@ def merge_ranges(ranges: Iterable[tuple[int, int]]) -> list[tuple[int, int]]:
     return [(lo, hi) for lo, hi in merged]
 
 
+@dataclass
+class Split:
+    """One GPU's window split by state (``states``), and the same minute parts summed by hourly bucket
+    (``hours``) and by holder (``holders``): each adds up exactly to ``states``."""
+
+    states: Counter[Key] = field(default_factory=Counter)
+    hours: Counter[HourKey] = field(default_factory=Counter)
+    holders: Counter[HolderKey] = field(default_factory=Counter)
+
+
+def hour_starts(start: int, end: int) -> list[int]:
+    """Starts of the hourly buckets of ``[start, end)`` (epoch seconds): ``start``, then every UTC hour
+    strictly inside, so a window that begins inside an hour (a half-hour zone) opens with a short bucket."""
+    if end <= start:
+        return []
+    return [start, *range((start // HOUR + 1) * HOUR, end, HOUR)]
+
+
 def split_states(
     *, start: int, end: int, capacity: int, pieces: Sequence[Piece], codes: np.ndarray,
     down: Iterable[tuple[int, int]] = (),
 ) -> Counter[Key]:
     """Ticks per (state, team, project) of one GPU over ``[start, end)`` (whole minutes); ``codes`` from
     :func:`minute_codes` for the same window; ``down`` the ranges its node was recorded down."""
+    return _split(start, end, capacity, pieces, codes, down, detail=False).states
+
+
+def split_detail(
+    *, start: int, end: int, capacity: int, pieces: Sequence[Piece], codes: np.ndarray,
+    down: Iterable[tuple[int, int]] = (),
+) -> Split:
+    """:func:`split_states`, and in the same pass the ticks per (hourly bucket, state, team) and per
+    (holder, state, team, project) of the allocated states (pieces without a holder are left out of
+    ``holders``). Buckets are :func:`hour_starts` of the window."""
+    return _split(start, end, capacity, pieces, codes, down, detail=True)
+
+
+def _split(start, end, capacity, pieces, codes, down, *, detail: bool) -> Split:
     if start % MINUTE or end % MINUTE or end < start:
         raise ValueError("the window must be whole minutes")
     minutes = (end - start) // MINUTE
-    out: Counter[Key] = Counter()
+    out = Split()
     if minutes == 0:
         return out
     starts = start + MINUTE * np.arange(minutes, dtype=np.int64)
@@ -133,6 +173,21 @@ def split_states(
     for lo, hi in merge_ranges(down):
         down_s += _overlap_seconds(starts, lo, hi)
     down_uncovered = np.minimum(down_s, MINUTE - covered)
+    by_minute: dict[tuple[str, int | None], np.ndarray] = {}  # (state, team) → ticks per minute
+
+    def add(state: str, team_id, project_id, holder, ticks: np.ndarray) -> None:
+        total = int(ticks.sum())
+        if not total:
+            return
+        out.states[(state, team_id, project_id)] += total
+        if detail:
+            if holder is not None and state != DOWN:
+                out.holders[(holder, state, team_id, project_id)] += total
+            if (state, team_id) in by_minute:
+                by_minute[(state, team_id)] += ticks
+            else:
+                by_minute[(state, team_id)] = ticks.copy()
+
     unallocated = np.full(minutes, capacity * MINUTE, dtype=np.int64)
     for piece in pieces:
         if piece.end <= start or piece.start >= end:
@@ -141,17 +196,25 @@ def split_states(
         unallocated -= ticks
         measured = ticks * covered // MINUTE
         gone = ticks * down_uncovered // MINUTE
-        holder = (piece.team_id, piece.project_id)
-        out[(BUSY, *holder)] += int(measured[busy].sum())
-        out[(IDLE, *holder)] += int(measured[~busy].sum())
-        out[(UNMEASURED, *holder)] += int((ticks - measured - gone).sum())
-        out[(DOWN, None, None)] += int(gone.sum())
+        busy_part = np.where(busy, measured, 0)
+        team_id, project_id, holder = piece.team_id, piece.project_id, piece.holder
+        add(BUSY, team_id, project_id, holder, busy_part)
+        add(IDLE, team_id, project_id, holder, measured - busy_part)
+        add(UNMEASURED, team_id, project_id, holder, ticks - measured - gone)
+        add(DOWN, None, None, None, gone)
     if (unallocated < 0).any():
         raise ValueError("pieces hold more than the GPU's capacity; settle the claims first")
     gone = unallocated * down_uncovered // MINUTE
-    out[(DOWN, None, None)] += int(gone.sum())
-    out[(UNALLOCATED, None, None)] += int((unallocated - gone).sum())
-    return +out  # drop zero entries
+    add(DOWN, None, None, None, gone)
+    add(UNALLOCATED, None, None, None, unallocated - gone)
+    if by_minute:
+        bounds = hour_starts(start, end)
+        first = (np.asarray(bounds, dtype=np.int64) - start) // MINUTE  # each bucket's first minute
+        keys = list(by_minute)
+        per_hour = np.add.reduceat(np.stack([by_minute[key] for key in keys]), first, axis=1)
+        for row, column in zip(*np.nonzero(per_hour), strict=True):
+            out.hours[(bounds[column], *keys[row])] += int(per_hour[row, column])
+    return out
 
 
 def split_energy(*, start: int, end: int, capacity: int, pieces: Sequence[Piece], energy_mj: np.ndarray) -> Counter:

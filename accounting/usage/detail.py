@@ -1,0 +1,47 @@
+"""Writes of the daily board's tables (issue 14): a business day's hourly usage and its holders' usage,
+computed by :func:`accounting.usage.services.aggregate_day` in the same pass as the daily usage. A day of
+1,000 GPUs is ~100 k hourly rows, so they go in by COPY (the rows are new: the caller deleted the old
+ones in the same transaction)."""
+
+from __future__ import annotations
+
+from collections import Counter
+from datetime import UTC, date, datetime
+
+from django.db import connection
+
+from accounting.models import DailyHolderUsage, HourlyUsage
+
+HOURLY_USAGE = HourlyUsage._meta.db_table
+DAILY_HOLDER_USAGE = DailyHolderUsage._meta.db_table
+
+
+def write_hourly(*, day: date, hourly: Counter) -> int:
+    """COPY ``hourly`` ((GPU, bucket start in epoch seconds, state, team) → ticks) as ``day``'s rows."""
+    hours: dict[int, datetime] = {}
+    rows = []
+    for (gpu_id, hour, state, team_id), ticks in sorted(hourly.items(), key=lambda i: (i[0][0], i[0][1], i[0][2], i[0][3] or 0)):
+        if ticks > 0:
+            moment = hours.get(hour) or hours.setdefault(hour, datetime.fromtimestamp(hour, UTC))
+            rows.append((day, moment, gpu_id, state, team_id, ticks))
+    return _copy(HOURLY_USAGE, ("day", "hour", "gpu_id", "state", "team_id", "ticks"), rows)
+
+
+def write_holders(*, day: date, holders: Counter) -> int:
+    """COPY ``holders`` ((GPU or None, ("job" | "booking", id), state, team, project) → ticks) as ``day``'s rows."""
+    rows = []
+    for (gpu_id, (kind, holder_id), state, team_id, project_id), ticks in holders.items():
+        if ticks > 0:
+            job_id, booking_id = (holder_id, None) if kind == "job" else (None, holder_id)
+            rows.append((day, gpu_id, job_id, booking_id, team_id, project_id, state, ticks))
+    rows.sort(key=lambda r: (r[1] or 0, r[2] or 0, r[3] or 0, r[6]))
+    columns = ("day", "gpu_id", "job_id", "booking_id", "team_id", "project_id", "state", "ticks")
+    return _copy(DAILY_HOLDER_USAGE, columns, rows)
+
+
+def _copy(table: str, columns: tuple[str, ...], rows: list[tuple]) -> int:
+    if rows:
+        with connection.cursor() as cursor, cursor.cursor.copy(f"COPY {table} ({', '.join(columns)}) FROM STDIN") as copy:
+            for row in rows:
+                copy.write_row(row)
+    return len(rows)
