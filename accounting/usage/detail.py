@@ -18,11 +18,11 @@ DAILY_HOLDER_USAGE = DailyHolderUsage._meta.db_table
 
 def write_hourly(*, day: date, hourly: Counter) -> int:
     """COPY ``hourly`` ((GPU, bucket start in epoch seconds, state, team) → ticks) as ``day``'s rows."""
-    hours: dict[int, datetime] = {}
+    hours: dict[int, str] = {}
     rows = []
     for (gpu_id, hour, state, team_id), ticks in sorted(hourly.items(), key=lambda i: (i[0][0], i[0][1], i[0][2], i[0][3] or 0)):
         if ticks > 0:
-            moment = hours.get(hour) or hours.setdefault(hour, datetime.fromtimestamp(hour, UTC))
+            moment = hours.get(hour) or hours.setdefault(hour, datetime.fromtimestamp(hour, UTC).isoformat())
             rows.append((day, moment, gpu_id, state, team_id, ticks))
     return _copy(HOURLY_USAGE, ("day", "hour", "gpu_id", "state", "team_id", "ticks"), rows)
 
@@ -40,8 +40,10 @@ def write_holders(*, day: date, holders: Counter) -> int:
 
 
 def _copy(table: str, columns: tuple[str, ...], rows: list[tuple]) -> int:
+    """COPY ``rows`` in text format, formatted here (ints, state names, ISO dates: nothing to escape), which
+    is several times faster than psycopg's row-by-row adaptation."""
     if rows:
+        text = "".join("\t".join("\\N" if value is None else str(value) for value in row) + "\n" for row in rows)
         with connection.cursor() as cursor, cursor.cursor.copy(f"COPY {table} ({', '.join(columns)}) FROM STDIN") as copy:
-            for row in rows:
-                copy.write_row(row)
+            copy.write(text)
     return len(rows)
