@@ -7,29 +7,51 @@ from django.utils import timezone
 from django.utils.translation import gettext
 
 from cluster.inventory.filters import FIRST_DAY, NodeDayForm, NodeFilterForm, nodes_with_gpus
+from cluster.inventory.holders import HolderState, gpus_now, node_gpus
 from cluster.inventory.selectors import inventory_summary
 from cluster.telemetry import charts
-from cluster.telemetry.selectors import node_day_series, node_health, still_filling_from
+from cluster.telemetry.selectors import node_day_series, node_gpu_labels, node_health, still_filling_from
 from core.timeutils import business_day_bounds, business_today, epoch_ms
+
+HEATMAP_BUCKET_MINUTES = 10
+
+
+def _with_holders(request, nodes, *, now) -> None:
+    """Give every whole GPU of ``nodes`` its ``now`` (:class:`~cluster.inventory.holders.GpuNow`, as the
+    viewer may see it) and its ``slices`` (MIG instances, each with its own ``now``): four queries."""
+    by_gpu = gpus_now(request.user, node_gpus(nodes), now=now)
+    for node in nodes:
+        for gpu in node.whole_gpus:
+            gpu.now = by_gpu[gpu.pk]
+            gpu.slices = list(gpu.mig_instances.all())
+            for mig in gpu.slices:
+                mig.now = by_gpu[mig.pk]
+
+
+def _legend() -> list[tuple[str, str]]:
+    return [(str(state.label), state.colour) for state in HolderState]
 
 
 @login_required
 def inventory(request):
-    """Every node with its GPUs, status and last contact; filters by pool, GPU model and status."""
+    """Every node with its GPUs, status and last contact, and who holds each GPU now and how busy it is;
+    filters by pool, GPU model and status."""
     form = NodeFilterForm(request.GET or None).with_pool_choices()
     nodes = nodes_with_gpus()
     if form.is_bound and form.is_valid():
         nodes = form.filter(nodes)
     nodes = list(nodes)
-    return render(
-        request, "cluster/inventory.html",
-        {"form": form, "nodes": nodes, "summary": inventory_summary(nodes), "filtered": form.is_bound},
-    )
+    _with_holders(request, nodes, now=timezone.now())
+    return render(request, "cluster/inventory.html", {
+        "form": form, "nodes": nodes, "summary": inventory_summary(nodes), "filtered": form.is_bound,
+        "legend": _legend(),
+    })
 
 
 @login_required
 def node_detail(request, hostname: str):
-    """A node's GPUs, its agent's health and alerts, and per-GPU utilization and memory for one day."""
+    """A node's GPUs with who holds each now, its agent's health and alerts, and a GPU × time heatmap of
+    utilization and of memory for one day."""
     node = get_object_or_404(nodes_with_gpus(), hostname=hostname)
     now = timezone.now()
     today = business_today(now=now)
@@ -37,15 +59,22 @@ def node_detail(request, hostname: str):
     day = form.chosen_day(today=today)
     form.initial["day"] = day  # what the date input shows when no (valid) day was asked for
     day_start, day_end = business_day_bounds(day)
-    series = node_day_series(node, day_start, day_end)
+    _with_holders(request, [node], now=now)
+    labels = node_gpu_labels(node)
+    series = node_day_series(node, day_start, day_end, labels=labels)
     health = node_health(node)
+    text = charts.chart_text()
     common = {
+        "day_ms": (epoch_ms(day_start), epoch_ms(day_end)),
+        "rows": list(labels.values()),
+        "until_ms": epoch_ms(now),
         "partial_after_ms": epoch_ms(still_filling_from(health.data_complete_to, now=now)),
-        "x_range_ms": (epoch_ms(day_start), epoch_ms(day_end)),
+        "bucket_minutes": HEATMAP_BUCKET_MINUTES,
         "display_zone": timezone.get_current_timezone(),
-        "text": charts.chart_text(),
+        "text": text,
     }
     largest_mib = max((gpu.memory_mib for gpu in node.whole_gpus), default=0)
+    minutes = {"minutes": HEATMAP_BUCKET_MINUTES}
     return render(request, "cluster/node_detail.html", {
         "node": node,
         "form": form,
@@ -57,8 +86,15 @@ def node_detail(request, hostname: str):
         "next_day": day + timedelta(days=1) if day < today else None,
         "is_today": day == today,
         "health": health,
-        "utilization_chart": charts.utilization_figure(series, title=gettext("GPU utilization"), **common),
-        "memory_chart": charts.memory_figure(
-            series, title=gettext("GPU memory used"), y_max_gib=largest_mib / charts.MIB_PER_GIB, **common
+        "legend": _legend(),
+        "gpu_rows": [row for gpu in node.whole_gpus for row in (gpu, *gpu.slices)],
+        "bucket_minutes": HEATMAP_BUCKET_MINUTES,
+        "utilization_chart": charts.utilization_heatmap(
+            series, title=gettext("How busy was each GPU? Mean utilization per %(minutes)s minutes") % minutes,
+            **common,
+        ),
+        "memory_chart": charts.memory_heatmap(
+            series, title=gettext("How much memory did each GPU use? Peak per %(minutes)s minutes") % minutes,
+            y_max_gib=largest_mib / charts.MIB_PER_GIB, **common,
         ),
     })

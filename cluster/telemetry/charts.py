@@ -3,10 +3,11 @@
 No ORM and no request here: the selector gives the rows, the view gives the words (already
 translated) and the zone to draw in, and ``static/js/charts.js`` hands the dict to plotly.js.
 
-The series come as true epoch milliseconds. plotly.js draws a date axis without any zone (epoch ms
-read as UTC), so the x values of a figure are the epoch milliseconds of the *display zone's wall
-clock*: with ``display_zone=UTC`` they are the bucket times themselves. Gaps and the still-filling
-edge are decided on true time first, then shifted.
+The line charts' series come as true epoch milliseconds. plotly.js draws a date axis without any zone,
+so their x values are the epoch milliseconds of the *display zone's wall clock* (with
+``display_zone=UTC``, the bucket times themselves); gaps and the still-filling edge are decided on true
+time first, then shifted. The heatmaps (GPU × time bucket, one trace over a matrix) send their few
+columns as wall-clock *strings*: plotly.js reads a string as written, but epoch ms in the browser's zone.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ PALETTE = (
 MUTED = "#5d6677"
 
 # What each trace is, in its ``meta``: tests and the page's JS can tell them apart without names.
-LINE, STILL_FILLING, PARTLY_COVERED = "line", "still_filling", "partly_covered"
+LINE, STILL_FILLING, PARTLY_COVERED, HEATMAP = "line", "still_filling", "partly_covered", "heatmap"
 
 
 @dataclass(frozen=True)
@@ -46,6 +47,8 @@ class ChartText:
     coverage: str = "coverage"
     still_filling: str = "still filling"
     partly_covered: str = "partly covered minute"
+    no_data: str = "no data"
+    minutes_measured: str = "min measured"
 
 
 @dataclass(frozen=True)
@@ -72,24 +75,6 @@ def utilization_figure(
         df, measure, title=title, y_axis={"title": {"text": text.utilization_axis}, "range": [0, 100]},
         peak_column="util_max", partial_after_ms=partial_after_ms, x_range_ms=x_range_ms,
         display_zone=display_zone, text=text,
-    )
-
-
-def memory_figure(
-    df: pd.DataFrame, *, title: str, partial_after_ms: int | None = None,
-    x_range_ms: tuple[int, int] | None = None, y_max_gib: float | None = None, display_zone: tzinfo = UTC,
-    text: ChartText = ChartText(),
-) -> dict:
-    """Peak memory used per GPU and minute in GiB, from 0 to ``y_max_gib`` (the largest GPU's memory)."""
-    measure = _Measure(
-        "mem_used_max_mib", MIB_PER_GIB, 2, f"%{{y:.1f}} {text.gib}<br>{text.coverage} %{{customdata[0]:.0f}} %",
-    )
-    y_axis = {"title": {"text": text.memory_axis}, "rangemode": "tozero"}
-    if y_max_gib:
-        y_axis["range"] = [0, round(y_max_gib, 1)]
-    return _figure(
-        df, measure, title=title, y_axis=y_axis, peak_column=None, partial_after_ms=partial_after_ms,
-        x_range_ms=x_range_ms, display_zone=display_zone, text=text,
     )
 
 
@@ -248,11 +233,11 @@ def _with_note(layout: dict, note: str) -> dict:
     return {**layout, "annotations": [*layout["annotations"], annotation]}
 
 
-def _with_filling_band(layout: dict, x0: int, end: int, text: ChartText) -> dict:
+def _with_filling_band(layout: dict, x0, end, text: ChartText, layer: str = "below") -> dict:
     """Shade the still-filling minutes (STYLE.md 6: a partial last bucket is marked as partial)."""
     band = {
         "type": "rect", "xref": "x", "yref": "paper", "x0": x0, "x1": end, "y0": 0, "y1": 1,
-        "fillcolor": MUTED, "opacity": 0.12, "line": {"width": 0}, "layer": "below",
+        "fillcolor": MUTED, "opacity": 0.12, "line": {"width": 0}, "layer": layer,
         "name": STILL_FILLING,
     }
     label = {
@@ -260,6 +245,132 @@ def _with_filling_band(layout: dict, x0: int, end: int, text: ChartText) -> dict
         "yanchor": "bottom", "showarrow": False, "font": {"size": 11, "color": MUTED},
     }
     return {**layout, "shapes": [*layout["shapes"], band], "annotations": [*layout["annotations"], label]}
+
+
+# --- the node page's heatmaps: GPU × time bucket ------------------------------------------------------
+
+NO_DATA_COLOUR = "#c9ced8"  # the plot's background: a cell without a measurement shows it, never 0 %'s colour
+UTIL_SCALE = [[0, "#fff8d2"], [0.25, "#c2e5b0"], [0.5, "#4db8c2"], [0.75, "#2563a8"], [1, "#0d2a7a"]]
+MEMORY_SCALE = [[0, "#f6f2fa"], [0.5, "#9e86c8"], [1, "#4a1f8a"]]
+
+
+@dataclass(frozen=True)
+class _Cells:
+    column: str
+    how: str  # the pandas aggregation of a bucket's minutes: "mean" or "max"
+    divisor: float
+    unit: str
+    scale: list
+    z_max: float
+    axis: str  # the colour bar's title
+
+
+def utilization_heatmap(df: pd.DataFrame, *, title: str, text: ChartText = ChartText(), **options) -> dict:
+    """One heatmap trace: a row per GPU (``rows`` in order, then any other ``gpu`` of ``df``), a column per
+    ``bucket_minutes`` of the day ``day_ms`` (true epoch ms) up to ``until_ms`` (now); a cell is the mean of
+    its minutes' ``util_mean`` that have one. A bucket with none is None: drawn as the grey background with
+    "no data" on hover, never as 0 %. ``df``: rows of :func:`cluster.telemetry.selectors.node_day_series`;
+    ``options``: those of :func:`_heatmap`."""
+    cells = _Cells("util_mean", "mean", 1, "%", UTIL_SCALE, 100, text.utilization_axis)
+    return _heatmap(df, cells, title=title, text=text, **options)
+
+
+def memory_heatmap(
+    df: pd.DataFrame, *, title: str, y_max_gib: float, text: ChartText = ChartText(), **options
+) -> dict:
+    """As :func:`utilization_heatmap`, a cell being the peak memory used (GiB) of its minutes, coloured from
+    0 to ``y_max_gib`` (the largest GPU's memory)."""
+    cells = _Cells("mem_used_max_mib", "max", MIB_PER_GIB, text.gib, MEMORY_SCALE, round(y_max_gib, 1), text.memory_axis)
+    return _heatmap(df, cells, title=title, text=text, **options)
+
+
+def bucket_matrix(
+    df: pd.DataFrame, column: str, how: str, *, rows: Sequence[str], start_ms: int, columns: int, step_ms: int,
+) -> tuple[list[list[float | None]], list[list[int]]]:
+    """(values, minutes with a value): ``rows`` × ``columns`` matrices; bucket ``c`` is the minutes whose
+    start lies in ``[start_ms + c·step_ms, start_ms + (c + 1)·step_ms)``. A bucket without values is None."""
+    values = [[None] * columns for _row in rows]
+    counts = [[0] * columns for _row in rows]
+    measured = df[df[column].notna() & df["gpu"].isin(rows)]
+    col = (measured["bucket_ms"] - start_ms) // step_ms
+    measured = measured[(col >= 0) & (col < columns)]
+    if measured.empty:
+        return values, counts
+    grouped = measured[column].groupby([measured["gpu"], col[measured.index]]).agg([how, "count"])
+    row_of = {label: position for position, label in enumerate(rows)}
+    for (gpu, bucket), value, count in zip(grouped.index, grouped[how], grouped["count"], strict=True):
+        values[row_of[gpu]][int(bucket)] = float(value)
+        counts[row_of[gpu]][int(bucket)] = int(count)
+    return values, counts
+
+
+def wall_clock_text(epoch_ms: int, zone: tzinfo) -> str:
+    """``2026-11-02 10:05:00``: the wall-clock time of ``epoch_ms`` in ``zone``, as plotly reads a date."""
+    return datetime.fromtimestamp(epoch_ms / 1000, zone).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def _heatmap(
+    df, cells: _Cells, *, title: str, text: ChartText, day_ms: tuple[int, int], rows: Sequence[str] = (),
+    until_ms: int | None = None, partial_after_ms: int | None = None, bucket_minutes: int = 10,
+    display_zone: tzinfo = UTC,
+) -> dict:
+    (start, end), zone = day_ms, display_zone
+    step = bucket_minutes * MINUTE_MS
+    until = end if until_ms is None else max(start, min(end, until_ms))
+    columns = -(-(until - start) // step)
+    labels = list(dict.fromkeys([*rows, *df["gpu"].unique().tolist()]))
+    layout = _heatmap_layout(title, wall_clock_text(start, zone), wall_clock_text(end, zone), labels)
+    if df.empty:
+        return {"data": [], "layout": _with_note(layout, text.empty)}
+    values, counts = bucket_matrix(df, cells.column, cells.how, rows=labels, start_ms=start, columns=columns, step_ms=step)
+    z = [[_number(v, cells.divisor, 1) for v in row] for row in values]
+    spans = [_span(start + c * step, min(start + (c + 1) * step, end), zone) for c in range(columns)]
+    filling = [partial_after_ms is not None and start + (c + 1) * step > partial_after_ms for c in range(columns)]
+    hover = [  # one string a cell: plotly's hover cannot say "no data" for a gap or show a bucket's start
+        [
+            f"{spans[c]} " + (f"{value:.1f} {cells.unit} ({count}/{bucket_minutes} {text.minutes_measured})" if value is not None else text.no_data)
+            + (f" {text.still_filling}" if filling[c] else "")
+            for c, (value, count) in enumerate(zip(row, count_row, strict=True))
+        ]
+        for row, count_row in zip(z, counts, strict=True)
+    ]
+    trace = {
+        "type": "heatmap", "x": [wall_clock_text(start + c * step + step // 2, zone) for c in range(columns)],
+        "y": [escape(label, quote=False) for label in labels], "z": z, "text": hover,
+        "hovertemplate": "%{y}<br>%{text}<extra></extra>", "hoverongaps": True, "zmin": 0, "zmax": cells.z_max,
+        "colorscale": cells.scale, "ygap": 1, "colorbar": {"title": {"text": cells.axis, "side": "right"}, "thickness": 12},
+        "meta": {"role": HEATMAP},
+    }
+    if not any(v is not None for row in z for v in row):
+        layout = _with_note(layout, text.no_values)
+    if until < end:  # the rest of today is not a lack of data: drawn blank, not grey
+        layout["shapes"].append({
+            "type": "rect", "xref": "x", "yref": "paper", "x0": wall_clock_text(until, zone), "y0": 0, "y1": 1,
+            "x1": wall_clock_text(end, zone), "fillcolor": "#ffffff", "line": {"width": 0}, "layer": "below",
+        })
+    first_filling = next((c for c, flag in enumerate(filling) if flag), None)
+    if first_filling is not None:
+        x0, x1 = wall_clock_text(start + first_filling * step, zone), wall_clock_text(until, zone)
+        layout = _with_filling_band(layout, x0, x1, text, layer="above")  # over the cells, not under them
+    return {"data": [trace], "layout": layout}
+
+
+def _span(lo_ms: int, hi_ms: int, zone: tzinfo) -> str:
+    return "–".join(f"{datetime.fromtimestamp(ms / 1000, zone):%H:%M}" for ms in (lo_ms, hi_ms))
+
+
+def _heatmap_layout(title: str, x0: str, x1: str, labels: Sequence[str]) -> dict:
+    return {
+        "title": {"text": title, "x": 0, "xanchor": "left", "font": {"size": 15}},
+        "xaxis": {"type": "date", "range": [x0, x1], "tickformat": "%H:%M", "showgrid": False},
+        "yaxis": {"type": "category", "autorange": "reversed", "fixedrange": True, "showgrid": False},
+        "plot_bgcolor": NO_DATA_COLOUR,
+        # Room for the longest row label (plotly's automargin would draw the figure twice: half its time).
+        "margin": {"l": 16 + 7 * max((len(label) for label in labels), default=6), "r": 16, "t": 40, "b": 40},
+        "height": max(200, 110 + 22 * len(labels)),  # 22 px a row, whatever the GPU count
+        "shapes": [],
+        "annotations": [],
+    }
 
 
 def chart_text(*, empty: str | None = None, no_values: str | None = None) -> ChartText:
@@ -274,4 +385,6 @@ def chart_text(*, empty: str | None = None, no_values: str | None = None) -> Cha
         coverage=gettext("coverage"),
         still_filling=gettext("still filling"),
         partly_covered=gettext("partly covered minute"),
+        no_data=gettext("no data"),
+        minutes_measured=gettext("min measured"),
     )

@@ -1,4 +1,5 @@
-"""What an engineer sees on a node page: today's plotly charts, drawn from local files, and the agent's health."""
+"""What an engineer sees on a node page: who holds each GPU now, today's GPU × time heatmaps drawn by the local
+plotly bundle, and the agent's health."""
 
 from datetime import timedelta
 from urllib.parse import urlsplit
@@ -7,7 +8,18 @@ from django.utils import timezone
 from playwright.sync_api import expect
 
 from cluster.choices import AlertKind, AlertSubject, AlertTier, NodeStatus
-from cluster.models import Alert, CollectionState, Gpu, MinuteRollup, Node, NodeStatusPeriod
+from cluster.models import (
+    Alert,
+    Allocation,
+    CollectionState,
+    Gpu,
+    Job,
+    JobSource,
+    JobState,
+    MinuteRollup,
+    Node,
+    NodeStatusPeriod,
+)
 from core.timeutils import business_day_bounds, business_today
 
 LOCAL_HOSTS = {"localhost", "127.0.0.1", "::1"}
@@ -45,6 +57,14 @@ def todays_telemetry(node, gpus, *, now):
     )
 
 
+def rows_top_down(chart):
+    """The heatmap's row labels as drawn, top first (plotly's DOM order is its own)."""
+    labels = chart.locator(".ytick text").evaluate_all(
+        "els => els.map(e => [e.getBoundingClientRect().top, e.textContent])"
+    )
+    return [text for _top, text in sorted(labels)]
+
+
 def console_error(message, problems):
     """Console errors, but the browser's own favicon probe (the site has no favicon, not ours to add)."""
     if message.type == "error" and not message.location.get("url", "").endswith("/favicon.ico"):
@@ -52,7 +72,7 @@ def console_error(message, problems):
 
 
 def test_an_engineer_sees_todays_charts_and_the_agents_health(
-    page, live_server, login, screenshot, engineer_a, small_cluster
+    page, live_server, login, screenshot, engineer_a, team_a, small_cluster
 ):
     node = Node.objects.get(hostname="h200-a")
     parent = Gpu.objects.get(uuid="GPU-h200-a-1")
@@ -61,7 +81,11 @@ def test_an_engineer_sees_todays_charts_and_the_agents_health(
         mig_profile="2g.20gb", share=240000,
     )
     gpus = list(Gpu.objects.filter(node=node))
-    todays_telemetry(node, gpus, now=timezone.now())
+    now = timezone.now()
+    todays_telemetry(node, gpus, now=now)
+    running = Job.objects.create(source=JobSource.SLURM, external_id="7", name="notebook", user="ed", team=team_a,
+                                 state=JobState.RUNNING, start_time=now - timedelta(hours=1))
+    Allocation.objects.create(job=running, gpu=gpus[0], share=gpus[0].share, start=running.start_time)
     requests, problems = [], []
     page.on("request", lambda request: requests.append(request.url))
     page.on("pageerror", lambda error: problems.append(str(error)))
@@ -72,12 +96,25 @@ def test_an_engineer_sees_todays_charts_and_the_agents_health(
 
     for testid in ("utilization-chart", "memory-chart"):
         chart = page.get_by_test_id(testid)
-        expect(chart).to_have_class("chart js-plotly-plot")
-        # One SVG line per GPU at least (a gap splits a line, and the filling minute is its own dashed one).
-        expect(chart.locator("path.js-line").nth(len(gpus) - 1)).to_be_attached()
-        expect(chart.locator(".legendtext")).to_have_text(["GPU 0", "GPU 1", "GPU 1 · 2g.20gb"])
+        expect(chart).to_have_class("chart heatmap js-plotly-plot")
+        # One heatmap (an image of cells), a row per GPU and MIG instance: not a line per GPU.
+        expect(chart.locator("g.hm image")).to_have_count(1)
+        expect(chart.locator("path.js-line")).to_have_count(0)
+        expect(chart.locator(".ytick text")).to_have_count(3)
+        assert rows_top_down(chart) == ["GPU 0", "GPU 1", "GPU 1 · 2g.20gb"]
         expect(chart.locator(".annotation-text")).to_have_text(["still filling"])
-    expect(page.get_by_test_id("utilization-chart").locator(".gtitle")).to_have_text("GPU utilization")
+        expect(chart.locator(".xtick text").first).to_have_text("00:00")  # the day from midnight, in the display zone
+    expect(page.get_by_test_id("utilization-chart").locator(".gtitle")).to_have_text(
+        "How busy was each GPU? Mean utilization per 10 minutes"
+    )
+    expect(page.get_by_test_id("heatmap-key")).to_contain_text("Grey: no measurement")
+
+    gpu_rows = page.get_by_test_id("node-gpus").locator("tbody tr")
+    expect(gpu_rows).to_have_count(3)
+    expect(gpu_rows.nth(0)).to_contain_text("Team Alpha")
+    expect(gpu_rows.nth(0).get_by_role("link", name="job 7 · notebook")).to_be_visible()
+    expect(gpu_rows.nth(2)).to_contain_text("Free")  # the MIG instance, measured this minute at 0 %
+    expect(gpu_rows.nth(2)).to_contain_text("0 %")
 
     health = page.get_by_test_id("node-health")
     expect(health.get_by_test_id("health-facts")).to_contain_text("20.0 s")
@@ -85,7 +122,6 @@ def test_an_engineer_sees_todays_charts_and_the_agents_health(
     expect(health.get_by_test_id("rejected-by-reason")).to_contain_text("ts: too far in the future")
     expect(health.get_by_test_id("status-history").locator(".badge")).to_have_text(["Up", "Unreachable"])
     expect(page.get_by_test_id("node-alerts")).to_contain_text("XID 79 on GPU 1")
-    expect(page.get_by_test_id("node-gpus").locator("tbody tr")).to_have_count(2)
     screenshot(page, "node-telemetry")
 
     assert not problems, problems
@@ -98,7 +134,7 @@ def test_an_engineer_sees_todays_charts_and_the_agents_health(
 def test_the_previous_day_link_shows_an_empty_day(page, live_server, login, engineer_a, small_cluster):
     login(page, live_server, engineer_a.username)
     page.goto(f"{live_server.url}/inventory/nodes/h200-a/")
-    expect(page.get_by_test_id("utilization-chart")).to_have_class("chart js-plotly-plot")
+    expect(page.get_by_test_id("utilization-chart")).to_have_class("chart heatmap js-plotly-plot")
 
     page.get_by_role("link", name="‹ Previous day").click()
 

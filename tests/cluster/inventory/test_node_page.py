@@ -1,4 +1,4 @@
-"""The node page's telemetry: a business day's charts, the agent's health, status history and alerts."""
+"""The node page's telemetry: a business day's GPU × time heatmaps, the agent's health, status history and alerts."""
 
 from datetime import UTC, date, datetime, timedelta
 
@@ -19,7 +19,9 @@ pytestmark = pytest.mark.django_db
 
 DAY = "2026-11-02"  # T0's date
 MINUTE = timedelta(minutes=1)
-PAGE_QUERIES = 12  # session, user, nav (groups, memberships), unread notifications, node + GPUs + MIG, series, health (3)
+# session, user, nav (groups, memberships), unread notifications, node + GPUs + MIG, the GPUs' holders and
+# utilization now (the viewer's teams, allocations, holds, rollups), series, health (3)
+PAGE_QUERIES = 16
 
 
 @pytest.fixture(autouse=True)
@@ -44,8 +46,10 @@ def rollups(gpus, start, minutes, *, util=40.0, covered_s=60):
     )
 
 
-def chart_lines(response, name="utilization_chart"):
-    return [t for t in response.context[name]["data"] if t["meta"]["role"] == charts.LINE]
+def heatmap(response, name="utilization_chart"):
+    (trace,) = response.context[name]["data"]
+    assert trace["type"] == "heatmap" and trace["meta"]["role"] == charts.HEATMAP
+    return trace
 
 
 @pytest.fixture
@@ -153,17 +157,18 @@ def test_a_node_never_collected_says_so(client, engineer_a, node):
 
 def test_it_charts_every_gpu_and_mig_instance_for_the_day(client, engineer_a, node, mig):
     gpus = list(Gpu.objects.filter(node=node).order_by("pk"))
-    rollups(gpus, T0, 90)
+    rollups(gpus[:-1], T0, 90)  # the last MIG instance has no rollups: a row of "no data" all the same
     rollups(gpus, T0 - MINUTE, 1)  # the day before: not on the chart
     client.force_login(engineer_a)
     response = client.get(node_url(day=DAY))
-    lines = chart_lines(response)
-    assert [t["name"] for t in lines] == ["GPU 0", "GPU 1", "GPU 1 · 1g.10gb", "GPU 1 · 1g.10gb (2)"]
-    assert lines[0]["x"][0] == epoch_ms(T0) and len(lines[0]["x"]) == 90
-    assert lines[1]["y"][0] == 41.0
-    memory = chart_lines(response, "memory_chart")
-    assert memory[1]["y"][0] == 2.0
-    assert response.context["memory_chart"]["layout"]["yaxis"]["range"] == [0, 140.4]  # an H200's memory
+    utilization = heatmap(response)
+    assert utilization["y"] == ["GPU 0", "GPU 1", "GPU 1 · 1g.10gb", "GPU 1 · 1g.10gb (2)"]
+    assert utilization["x"][0] == "2026-11-02 00:05:00" and len(utilization["x"]) == 144
+    assert utilization["z"][1][:10] == [41.0] * 9 + [None]  # GPU 1: 40 % + its index, 90 minutes
+    assert utilization["z"][3] == [None] * 144
+    memory = heatmap(response, "memory_chart")
+    assert memory["z"][1][0] == 2.0
+    assert memory["zmax"] == 140.4  # an H200's memory
     body = response.content.decode()
     assert '<script id="chart-utilization" type="application/json">' in body
     assert 'data-chart="chart-memory"' in body
@@ -180,14 +185,15 @@ def test_a_day_without_rollups_is_an_empty_chart_that_says_so(client, engineer_a
 
 def test_minutes_after_the_data_complete_edge_are_still_filling(client, engineer_a, sick_node):
     gpu = Gpu.objects.get(uuid="GPU-h200-a-0")
-    rollups([gpu], T0 + timedelta(hours=11, minutes=58), 3)  # 11:58, 11:59, 12:00; complete to 12:00:30
+    rollups([gpu], T0 + timedelta(hours=11, minutes=48), 13)  # 11:48 to 12:00; complete to 12:00:30
     client.force_login(engineer_a)
     response = client.get(node_url(day=DAY))
     figure = response.context["utilization_chart"]
-    (filling,) = [t for t in figure["data"] if t["meta"]["role"] == charts.STILL_FILLING]
-    noon = epoch_ms(T0 + timedelta(hours=12))
-    assert filling["x"] == [noon - 60_000, noon]
-    assert figure["layout"]["shapes"][0]["x0"] == noon
+    text = heatmap(response)["text"][0]
+    assert not text[71].endswith("still filling")  # 11:50–12:00 is complete
+    assert text[72] == "12:00–12:10 40.0 % (1/10 min measured) still filling"  # holds 12:00, the filling minute
+    (band,) = figure["layout"]["shapes"]
+    assert (band["x0"], band["x1"]) == ("2026-11-02 12:00:00", "2026-11-03 00:00:00")
 
 
 def test_the_day_is_a_date_in_the_business_zone(client, engineer_a, node, settings):
@@ -201,10 +207,10 @@ def test_the_day_is_a_date_in_the_business_zone(client, engineer_a, node, settin
     assert response.context["day"] == date(2026, 11, 2)
     assert response.context["day_start"] == shanghai_midnight
     assert response.context["day_end"] == datetime(2026, 11, 2, 16, 0, tzinfo=UTC)
-    (line,) = chart_lines(response)
-    assert [x for x, y in zip(line["x"], line["y"], strict=True) if y is not None] == [
-        epoch_ms(shanghai_midnight), epoch_ms(shanghai_midnight + timedelta(hours=24) - MINUTE),
-    ]
+    trace = heatmap(response)
+    measured = [c for c, value in enumerate(trace["z"][0]) if value is not None]
+    assert measured == [0, 143]  # 00:00–00:10 and 23:50–24:00 in Shanghai, nothing of the days around
+    assert trace["text"][0][0].startswith("16:00–16:10 40.0 % (1/10")  # drawn in the display zone (UTC here)
     assert "2026-11-02 in the business time zone Asia/Shanghai" in response.content.decode()
 
 
@@ -273,7 +279,7 @@ def page_queries(client, hostname):
 
 
 def test_the_page_query_count_is_pinned_and_does_not_grow_with_gpus(
-    client, engineer_a, sick_node, mig, small_cluster, django_assert_max_num_queries
+    client, engineer_a, sick_node, mig, small_cluster, django_assert_num_queries
 ):
     rollups(list(Gpu.objects.filter(node=sick_node)), T0, 1440)  # 4 GPUs × a whole day
     big = Node.objects.create(hostname="big-node", pool="train")
@@ -285,8 +291,9 @@ def test_the_page_query_count_is_pinned_and_does_not_grow_with_gpus(
     rollups(big_gpus, T0, 1440)
     client.force_login(engineer_a)
     client.get(node_url(day=DAY))  # warm the session
-    with django_assert_max_num_queries(PAGE_QUERIES):
+    with django_assert_num_queries(PAGE_QUERIES):
         response = client.get(node_url(day=DAY))
     assert response.status_code == 200 and 'data-testid="utilization-chart"' in response.content.decode()
+    assert len(heatmap(response)["y"]) == 4
     big_count, small_count = page_queries(client, "big-node"), page_queries(client, "h200-a")
     assert big_count == small_count

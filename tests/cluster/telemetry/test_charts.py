@@ -1,10 +1,13 @@
-"""The telemetry chart dicts, without a browser: traces per GPU, epoch-ms x, gaps, ranges, partial edge."""
+"""The telemetry chart dicts, without a browser: the line charts (traces per GPU, epoch-ms x, gaps, ranges,
+partial edge) and the node page's GPU × time heatmaps (cells, no data, rows, wall-clock columns)."""
 
 import json
 from zoneinfo import ZoneInfo
 
 import pandas as pd
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from cluster.telemetry import charts
 from cluster.telemetry.selectors import SERIES_COLUMNS
@@ -77,15 +80,10 @@ def test_a_null_utilization_is_none_never_nan():
     assert figure["layout"]["annotations"][0]["text"] == "No values reported for this day"
 
 
-def test_utilization_is_fixed_at_0_to_100_and_memory_is_in_gib():
-    df = frame(full("GPU 0", [0], mib=3 * 1024 + 512))
-    util = charts.utilization_figure(df, title="u")
+def test_utilization_is_fixed_at_0_to_100():
+    util = charts.utilization_figure(frame(full("GPU 0", [0])), title="u")
     assert util["layout"]["yaxis"]["range"] == [0, 100]
     assert util["layout"]["yaxis"]["fixedrange"] is True
-    memory = charts.memory_figure(df, title="m", y_max_gib=140.4)
-    assert lines(memory)[0]["y"] == [3.5]
-    assert memory["layout"]["yaxis"]["range"] == [0, 140.4]
-    assert "GiB" in lines(memory)[0]["hovertemplate"]
 
 
 def test_partly_covered_minutes_show_their_coverage():
@@ -117,16 +115,15 @@ def test_the_still_filling_minute_is_dashed_and_shaded():
 
 
 def test_no_filling_marker_when_every_minute_is_complete():
-    figure = charts.memory_figure(frame(full("GPU 0", [0, 1])), title="m", partial_after_ms=T0_MS + 10 * MINUTE)
+    figure = charts.utilization_figure(frame(full("GPU 0", [0, 1])), title="m", partial_after_ms=T0_MS + 10 * MINUTE)
     assert role(figure, charts.STILL_FILLING) == []
     assert figure["layout"]["shapes"] == []
 
 
-@pytest.mark.parametrize("build", [charts.utilization_figure, charts.memory_figure])
-def test_an_empty_day_says_so_in_the_words_given(build):
+def test_an_empty_day_says_so_in_the_words_given():
     empty = frame([])
     text = charts.ChartText(empty="当天没有样本")
-    figure = build(empty, title="t", text=text, x_range_ms=(T0_MS, T0_MS + 86_400_000))
+    figure = charts.utilization_figure(empty, title="t", text=text, x_range_ms=(T0_MS, T0_MS + 86_400_000))
     assert figure["data"] == []
     (note,) = figure["layout"]["annotations"]
     assert note["text"] == "当天没有样本"
@@ -143,3 +140,140 @@ def test_a_day_of_minutes_for_eight_gpus_stays_small():
     df = frame([rec for gpu in range(8) for rec in full(f"GPU {gpu}", range(1440))])
     payload = json.dumps(charts.utilization_figure(df, title="u"), allow_nan=False)
     assert len(payload) < 1_000_000
+
+
+# --- the node page's heatmaps -------------------------------------------------------------------------
+
+DAY_MS = (T0_MS, T0_MS + 86_400_000)
+BUCKET = 10 * MINUTE
+
+
+def heat(figure):
+    (trace,) = figure["data"]
+    assert trace["type"] == "heatmap" and trace["meta"]["role"] == charts.HEATMAP
+    return trace
+
+
+def test_a_cell_is_the_mean_of_its_minutes_and_an_empty_bucket_is_none_not_zero():
+    rows = [("GPU 0", m, float(10 * m), 100.0, 1024, 1.0) for m in range(10)]  # bucket 0: 0, 10, … 90
+    rows += [("GPU 0", 20, 30.0, 40.0, 1024, 1.0), ("GPU 0", 23, 60.0, 70.0, 1024, 0.5)]  # bucket 2
+    rows += [("GPU 0", 31, None, None, 1024, 1.0)]  # bucket 3: a minute without a utilization
+    figure = charts.utilization_heatmap(frame(rows), title="u", day_ms=DAY_MS, until_ms=T0_MS + 5 * BUCKET)
+    trace = heat(figure)
+    assert trace["z"] == [[45.0, None, 45.0, None, None]]
+    assert trace["text"][0][0] == "00:00–00:10 45.0 % (10/10 min measured)"
+    assert trace["text"][0][2] == "00:20–00:30 45.0 % (2/10 min measured)"
+    assert trace["text"][0][1] == "00:10–00:20 no data"
+    assert trace["text"][0][3] == "00:30–00:40 no data"  # a minute without a utilization is not 0 %
+    assert trace["hoverongaps"] is True and trace["zmin"] == 0 and trace["zmax"] == 100
+    assert figure["layout"]["plot_bgcolor"] == charts.NO_DATA_COLOUR  # what a None cell shows
+    assert charts.NO_DATA_COLOUR not in {colour for _stop, colour in trace["colorscale"]}
+    json.dumps(figure, allow_nan=False)
+
+
+def test_rows_come_in_the_order_given_with_a_row_for_a_gpu_without_minutes():
+    df = frame(full("GPU 1", [0]) + full("GPU 0 · 1g.10gb", [0]) + full("GPU 9", [0]))
+    trace = heat(charts.utilization_heatmap(
+        df, title="u", day_ms=DAY_MS, rows=["GPU 0", "GPU 0 · 1g.10gb", "GPU 1"], until_ms=T0_MS + BUCKET,
+    ))
+    assert trace["y"] == ["GPU 0", "GPU 0 · 1g.10gb", "GPU 1", "GPU 9"]  # unknown labels go last
+    assert trace["z"] == [[None], [50.0], [50.0], [50.0]]
+    assert len(trace["y"]) == len(trace["z"])
+
+
+def test_columns_are_the_buckets_of_the_day_in_wall_clock_strings():
+    shanghai = ZoneInfo("Asia/Shanghai")
+    day = (T0_MS - 8 * 3_600_000, T0_MS + 16 * 3_600_000)  # 2 November in Shanghai
+    figure = charts.utilization_heatmap(frame(full("GPU 0", [0])), title="u", day_ms=day, display_zone=shanghai)
+    trace = heat(figure)
+    assert len(trace["x"]) == 144 and len(trace["z"][0]) == 144
+    assert trace["x"][:2] == ["2026-11-02 00:05:00", "2026-11-02 00:15:00"]  # bucket centres
+    assert figure["layout"]["xaxis"]["range"] == ["2026-11-02 00:00:00", "2026-11-03 00:00:00"]
+    assert figure["layout"]["xaxis"]["tickformat"] == "%H:%M"
+    assert trace["z"][0][48] == 50.0  # T0 is 08:00 in Shanghai: the 49th bucket
+    assert trace["text"][0][48].startswith("08:00–08:10 ")
+
+
+def test_today_stops_at_now_and_the_rest_of_the_day_is_blank_not_grey():
+    figure = charts.utilization_heatmap(
+        frame(full("GPU 0", range(25))), title="u", day_ms=DAY_MS, until_ms=T0_MS + 25 * MINUTE,
+    )
+    assert len(heat(figure)["x"]) == 3  # 00:00, 00:10 and the current 00:20
+    (blank,) = figure["layout"]["shapes"]
+    assert (blank["x0"], blank["x1"], blank["fillcolor"]) == ("2026-11-02 00:25:00", "2026-11-03 00:00:00", "#ffffff")
+
+
+def test_still_filling_buckets_are_shaded_over_the_cells_and_say_so():
+    figure = charts.utilization_heatmap(
+        frame(full("GPU 0", range(25))), title="u", day_ms=DAY_MS, until_ms=T0_MS + 25 * MINUTE,
+        partial_after_ms=T0_MS + 14 * MINUTE,
+    )
+    trace = heat(figure)
+    assert not trace["text"][0][0].endswith("still filling")
+    assert trace["text"][0][1].endswith(" still filling") and trace["text"][0][2].endswith(" still filling")
+    band = [shape for shape in figure["layout"]["shapes"] if shape.get("name") == charts.STILL_FILLING]
+    assert [(b["x0"], b["x1"], b["layer"]) for b in band] == [("2026-11-02 00:10:00", "2026-11-02 00:25:00", "above")]
+    assert [a["text"] for a in figure["layout"]["annotations"]] == ["still filling"]
+
+
+def test_memory_cells_are_the_peak_of_their_minutes_in_gib():
+    rows = [("GPU 0", 0, 50.0, 60.0, 2048, 1.0), ("GPU 0", 1, 50.0, 60.0, 5120, 1.0), ("GPU 0", 2, 50.0, 60.0, None, 1.0)]
+    figure = charts.memory_heatmap(frame(rows), title="m", day_ms=DAY_MS, until_ms=T0_MS + BUCKET, y_max_gib=140.38)
+    trace = heat(figure)
+    assert trace["z"] == [[5.0]]
+    assert trace["zmax"] == 140.4
+    assert trace["text"][0][0] == "00:00–00:10 5.0 GiB (2/10 min measured)"
+
+
+def test_an_empty_day_is_an_empty_heatmap_that_says_so():
+    text = charts.ChartText(empty="当天没有样本")
+    figure = charts.utilization_heatmap(frame([]), title="t", day_ms=DAY_MS, rows=["GPU 0"], text=text)
+    assert figure["data"] == []
+    assert [a["text"] for a in figure["layout"]["annotations"]] == ["当天没有样本"]
+
+
+def test_minutes_without_values_draw_grey_rows_and_say_so():
+    df = frame([("GPU 0 · 1g.10gb", 0, None, None, None, 1.0)])
+    figure = charts.utilization_heatmap(df, title="u", day_ms=DAY_MS, until_ms=T0_MS + BUCKET)
+    assert heat(figure)["z"] == [[None]]
+    assert [a["text"] for a in figure["layout"]["annotations"]] == ["No values reported for this day"]
+    json.dumps(figure, allow_nan=False)
+
+
+def test_heatmap_labels_are_escaped_for_plotlys_pseudo_html():
+    figure = charts.utilization_heatmap(frame(full("GPU 0 · <b>x</b>", [0])), title="u", day_ms=DAY_MS)
+    assert heat(figure)["y"] == ["GPU 0 · &lt;b&gt;x&lt;/b&gt;"]
+
+
+def test_a_day_of_minutes_for_twelve_gpus_is_one_small_trace():
+    df = frame([rec for gpu in range(12) for rec in full(f"GPU {gpu}", range(1440))])
+    figure = charts.utilization_heatmap(df, title="u", day_ms=DAY_MS)
+    assert len(figure["data"]) == 1 and len(heat(figure)["z"]) == 12
+    assert len(json.dumps(figure, allow_nan=False)) < 150_000  # the lines were about 1 MB for 8 GPUs
+
+
+minutes = st.lists(
+    st.tuples(
+        st.sampled_from(["GPU 0", "GPU 1", "GPU 1 · 1g.10gb"]), st.integers(0, 59),
+        st.one_of(st.none(), st.floats(0, 100, allow_nan=False)),
+    ),
+    unique_by=lambda row: row[:2],
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(minutes)
+def test_bucket_matrix_agrees_with_a_brute_force_mean(rows):
+    df = frame([(gpu, minute, util, util, 1024, 1.0) for gpu, minute, util in rows])
+    labels = ["GPU 0", "GPU 1", "GPU 1 · 1g.10gb"]
+    values, counts = charts.bucket_matrix(
+        df, "util_mean", "mean", rows=labels, start_ms=T0_MS, columns=6, step_ms=BUCKET,
+    )
+    for r, gpu in enumerate(labels):
+        for c in range(6):
+            measured = [u for g, m, u in rows if g == gpu and m // 10 == c and u is not None]
+            assert counts[r][c] == len(measured)
+            if measured:
+                assert values[r][c] == pytest.approx(sum(measured) / len(measured))
+            else:
+                assert values[r][c] is None
