@@ -1,6 +1,9 @@
-"""A week of demo bookings (this week and the start of the next, in the display zone) and a maintenance
-window, made through the booking services so they obey every rule. Loading again adds only what is
-missing; a slot someone has booked since is skipped."""
+"""A week of demo bookings (this week and the start of the next, in the display zone) and two maintenance
+windows, made through the booking services so they obey every rule: a firmware update of a few hours,
+and the week of the node that the demo puts in maintenance (:data:`MAINTENANCE_NODE`), from this
+week's Monday, where the booking calendar draws it down. The usage history (demo/history.py) reads
+the windows back: the nodes are in maintenance during them and run nothing. Loading again adds only
+what is missing; a slot someone has booked since is skipped."""
 
 from __future__ import annotations
 
@@ -19,18 +22,23 @@ NOTE = "Demo: "
 # ("gpus", host, [indices]), purpose
 PLAN = [
     (0, 9, 60, "llm", "lead-llm", "pretraining", ("node", "gpu-h200-01"), "7B pretraining run"),
-    (0, 10, 8, "vision", "eng-vision", "detection", ("gpus", "gpu-h100-02", [0, 1]), "detector sweep"),
-    (1, 10, 8, "vision", "eng-vision", "detection", ("gpus", "gpu-h100-02", [0, 1]), "detector sweep"),
-    (2, 10, 8, "vision", "eng-vision", "detection", ("gpus", "gpu-h100-02", [0, 1]), "detector sweep"),
+    (0, 10, 8, "vision", "eng-vision", "detection", ("gpus", "gpu-h100-02", [0, 1]), "notebook session"),
+    (1, 10, 8, "vision", "eng-vision", "detection", ("gpus", "gpu-h100-02", [0, 1]), "notebook session"),
+    (2, 10, 8, "vision", "eng-vision", "detection", ("gpus", "gpu-h100-02", [0, 1]), "notebook session"),
     (0, 0, 168, "inference", "lead-inference", "serving", ("gpus", "gpu-l40s-01", [0, 1, 2, 3]), "staging endpoints"),
     (1, 14, 6, "llm", "eng-llm", "alignment", ("gpus", "gpu-h200-02", [0, 1]), "reward model"),
     (3, 8, 30, "llm", "eng-llm", "alignment", ("gpus", "gpu-h200-02", [0, 1, 2, 3]), "DPO run"),
     (4, 12, 54, "vision", "lead-vision", "video-generation", ("gpus", "gpu-h200-03", [0, 1, 2, 3]), "video model"),
     (5, 9, 12, "inference", "lead-inference", "evaluation", ("gpus", "gpu-h100-01", [4, 5]), "benchmark suite"),
     (7, 9, 24, "llm", "lead-llm", "pretraining", ("node", "gpu-h200-01"), "resume pretraining"),
-    (8, 10, 8, "vision", "eng-vision", "detection", ("gpus", "gpu-h100-02", [0, 1]), "detector sweep"),
+    (8, 10, 8, "vision", "eng-vision", "detection", ("gpus", "gpu-h100-02", [0, 1]), "notebook session"),
 ]
-MAINTENANCE = ("gpu-h200-04", 1, 2, 4, "Firmware update")  # host, day offset, start hour, hours, reason
+MAINTENANCE_NODE = "gpu-l40s-02"  # in maintenance (demo/cluster.py) since this week's Monday
+# host, day offset from Monday, start hour, hours, reason
+MAINTENANCE = [
+    ("gpu-h200-04", 1, 2, 4, "Firmware update"),
+    (MAINTENANCE_NODE, 0, 0, 7 * 24, "GPU baseboard replacement"),
+]
 
 
 def week_start(moment: datetime) -> datetime:
@@ -65,10 +73,10 @@ def load_demo_bookings(*, now: datetime | None = None) -> int:
         except BookingRefused:
             continue  # that slot was taken since (or the week is past the horizon): leave it
         made += 1
-    host, day, hour, hours, reason = MAINTENANCE
-    start = monday + timedelta(days=day, hours=hour)
-    node = Node.objects.get(hostname=host)
-    if not MaintenanceWindow.objects.filter(node=node, start=start).exists():
-        with contextlib.suppress(BookingRefused):
-            maintenance_create(node=node, start=start, end=start + timedelta(hours=hours), reason=reason)
+    for host, day, hour, hours, reason in MAINTENANCE:
+        start = monday + timedelta(days=day, hours=hour)
+        node = Node.objects.get(hostname=host)
+        if not MaintenanceWindow.objects.filter(node=node, start=start).exists():
+            with contextlib.suppress(BookingRefused):
+                maintenance_create(node=node, start=start, end=start + timedelta(hours=hours), reason=reason)
     return made

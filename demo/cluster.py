@@ -18,7 +18,7 @@ from cluster.models import Gpu, GpuModel, IdentityKind, Node, TeamIdentity
 from cluster.status.services import node_status_set
 from core.timeutils import business_today, previous_month
 from core.units import share_from_fraction
-from demo.bookings import load_demo_bookings
+from demo.bookings import MAINTENANCE_NODE, load_demo_bookings
 from demo.history import history_window, load_demo_history
 from demo.money import load_demo_money
 from teams.models import Membership, Project, Team
@@ -41,7 +41,6 @@ NODE_GROUPS = [
     ("gpu-l40s", "infer", "L40S", 2),
 ]
 GPUS_PER_NODE = 8
-MAINTENANCE_NODE = "gpu-l40s-02"
 # GPU 0 of gpu-h100-01 is MIG-partitioned as in the H100 capture: 3g + 2g + 1g + 1g of 7 slices.
 MIG_NODE, MIG_GPU_INDEX = "gpu-h100-01", 0
 MIG_LAYOUT = [("3g.40gb", 3, 40192), ("2g.20gb", 2, 20096), ("1g.10gb", 1, 9856), ("1g.10gb", 1, 9856)]

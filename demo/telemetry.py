@@ -1,101 +1,92 @@
 """The demo history's telemetry (demo/history.py): a minute rollup for every physical GPU and minute,
-generated in SQL so that it agrees with the stored jobs, and the hour rollups from them.
+generated in SQL so that it agrees with the stored jobs and bookings, and the hour rollups from them.
 
-The minute rollups are one ``INSERT … SELECT`` over ``generate_series``, run over each stretch of a
-GPU's time read back from the stored allocations (an allocation, or the free time between two): busy
-60–95 % inside a job, except that one job in six sits idle (< 5 %) for its first 2–6 hours, "allocated
-but idle"; 0–2 % when free; no utilization on the MIG-partitioned GPU (NVML gives none: its slices'
-jobs are unmeasured); a few minutes partly covered; no rows in the holes (the outage, the sample gap, a
-maintenance window). The hour rollups are computed from them as the rollup worker would. Both are
-``ON CONFLICT DO NOTHING``, so a rerun adds nothing twice.
+Each GPU's time is cut into stretches (:func:`gpu_stretches`): its jobs' allocations and its bookings,
+each with its profile (demo/workloads.py), the free time between them, and nothing in the holes (an
+outage, a sample gap, a maintenance window). One ``INSERT … SELECT`` over ``generate_series`` per
+stretch draws each minute from its profile: pretraining ~95 % with a dip at each hourly checkpoint, the
+always-full GPU 97–100 %, training at its job's level ± a wobble and noise (idle for its first hours,
+if so planned), a notebook under 5 % but for bursts, an endpoint at 10–28 % following the business
+day's rhythm, a batch job at its level ± 3 %; 0–2 % when free; no utilization on the MIG-partitioned
+GPU (NVML gives none: its slices' jobs are unmeasured); a few minutes partly covered. The hour rollups
+are computed from them as the rollup worker would. Both are ``ON CONFLICT DO NOTHING``, so a rerun
+adds nothing twice.
 """
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from django.db import connection
 
 from agents.backends.gpu_models import find_model
-from cluster.models import Allocation, Gpu, HourRollup, Job, JobSource, MinuteRollup
+from cluster.models import Gpu, HourRollup, MinuteRollup
 from cluster.telemetry.rollups import EPOCH, ROLLUP_COLUMNS
+from core.timeutils import business_zone
+from demo.workloads import BATCH, FREE, FULL, IDLE, NOTEBOOK, PRETRAIN, SERVE, TRAIN, Profile
 
-IDLE_HEAD_EVERY = 6  # demo job <n> with n divisible by this sits idle for its first 2–6 hours (at most half its run)
-ALLOCATION = Allocation._meta.db_table
-JOB = Job._meta.db_table
 MINUTE_ROLLUP = MinuteRollup._meta.db_table
 HOUR_ROLLUP = HourRollup._meta.db_table
+BURST_BLOCK_MIN, BURST_CHANCE = 12, 0.12  # a notebook's bursts: a 12-minute block busy one time in eight
 
 
-def _rand(k: int) -> str:
-    """A pseudo-random number in [0, 1) from the GPU and the minute (the classic sin hash)."""
-    value = f"sin(gpu_id::float8 * 12.9898 + (mi %% 1000003)::float8 * 78.233 + {k}) * 43758.5453"
+def _rand(k: int, a: str = "gpu_id", b: str = "mi") -> str:
+    """A pseudo-random number in [0, 1) from two integers (the classic sin hash): by default the GPU and the minute."""
+    value = f"sin({a}::float8 * 12.9898 + ({b} %% 1000003)::float8 * 78.233 + {k}) * 43758.5453"
     return f"({value} - floor({value}))"
 
 
-# Rows come from one generate_series per stretch of a GPU's time (an allocation, or the free time
-# between two), so no join of millions of minutes is needed; util and power are computed once per row
-# in their own subquery (OFFSET 0 keeps PostgreSQL from inlining them into every use).
+# 0 at 04:00 and 1 at 16:00 (local), damped to 45 % on weekends: an endpoint's traffic
+_RHYTHM = """(0.5 - 0.5 * cos(2 * pi() * (((mi + %(offset)s) %% 1440) / 60.0 - 4) / 24))
+    * CASE WHEN ((mi + %(offset)s) / 1440 + 3) %% 7 >= 5 THEN 0.45 ELSE 1 END"""
+_UTIL = f"""CASE
+    WHEN g.mig THEN NULL
+    WHEN s.kind = {FREE} THEN 2 * {_rand(1)}
+    WHEN s.kind = {IDLE} OR mi < s.idle_to OR mi >= s.idle_from THEN 0.2 + 3.5 * {_rand(1)}
+    WHEN s.kind = {FULL} THEN least(100, s.level + 3 * {_rand(1)})
+    WHEN s.kind = {PRETRAIN} THEN CASE WHEN (mi + s.seed * 7) %% 60 < 2 THEN 35 + 20 * {_rand(1)}
+        ELSE least(100, s.level + 1.2 * sin(mi::float8 / 7 + gpu_id) + 2 * (2 * {_rand(1)} - 1)) END
+    WHEN s.kind = {TRAIN} THEN s.level + 4 * sin(mi::float8 / 13 + gpu_id) + 3 * (2 * {_rand(1)} - 1)
+    WHEN s.kind = {NOTEBOOK} THEN CASE WHEN {_rand(5, "s.seed", f"(mi / {BURST_BLOCK_MIN})")} < {BURST_CHANCE}
+        THEN 30 + 55 * {_rand(1)} ELSE 0.2 + 2.8 * {_rand(1)} END
+    WHEN s.kind = {SERVE} THEN greatest(10.2, least(29.5, 10 + 18 * {_RHYTHM} + 2.5 * (2 * {_rand(1)} - 1)))
+    WHEN s.kind = {BATCH} THEN s.level + 3 * (2 * {_rand(1)} - 1)
+END"""
+
+# Rows come from one generate_series per stretch; util and power are computed once per row in their own
+# subquery (OFFSET 0 keeps PostgreSQL from inlining them into every use).
 _MINUTES_SQL = f"""
 WITH gpus AS (
     SELECT * FROM unnest(%(gpu)s::bigint[], %(mig)s::bool[], %(memory)s::int[], %(idle_w)s::float8[],
                          %(full_w)s::float8[], %(idle_t)s::float8[], %(full_t)s::float8[])
         AS g(gpu_id, mig, memory_mib, idle_w, full_w, idle_t, full_t)
 ),
-holes AS (
-    SELECT gpu_id, (extract(epoch FROM lo) / 60)::bigint AS lo, (extract(epoch FROM hi) / 60)::bigint AS hi
-    FROM unnest(%(hole_gpu)s::bigint[], %(hole_lo)s::timestamptz[], %(hole_hi)s::timestamptz[]) AS h(gpu_id, lo, hi)
-),
-held AS (  -- the demo jobs' allocations on whole GPUs, as stored; one in six starts idle
-    SELECT a.gpu_id, greatest(a.start, %(start)s) AS lo, least(a."end", %(end)s) AS hi, j.n,
-           CASE WHEN j.n %% {IDLE_HEAD_EVERY} = 0
-                THEN a.start + least(interval '1 hour' * (2 + j.n %% 5), (a."end" - a.start) / 2)
-                ELSE a.start END AS idle_to
-    FROM {ALLOCATION} a
-    JOIN (SELECT id, substr(external_id, length(%(prefix)s::text) + 1)::int AS n FROM {JOB}
-          WHERE source = %(source)s AND external_id LIKE %(like)s) j ON j.id = a.job_id
-    WHERE a.gpu_id = ANY(%(gpu)s) AND a.start < %(end)s AND a."end" > %(start)s
-),
-free AS (  -- the time between them
-    SELECT g.gpu_id, f.lo, f.hi, NULL::int AS n, f.lo AS idle_to
-    FROM gpus g CROSS JOIN LATERAL (
-        SELECT coalesce(lag(hi) OVER (ORDER BY lo), %(start)s) AS lo, lo AS hi FROM held WHERE held.gpu_id = g.gpu_id
-        UNION ALL
-        SELECT coalesce(max(hi), %(start)s), %(end)s FROM held WHERE held.gpu_id = g.gpu_id
-    ) f
-    WHERE f.hi > f.lo
-),
-stretches AS (  -- in epoch minutes: generate_series and the hashes below work on integers
-    SELECT gpu_id, n, (extract(epoch FROM lo) / 60)::bigint AS lo, (extract(epoch FROM hi) / 60)::bigint AS hi,
-           (extract(epoch FROM idle_to) / 60)::bigint AS idle_to
-    FROM (SELECT * FROM held UNION ALL SELECT * FROM free) s
-    ORDER BY gpu_id, lo
+stretches AS (  -- in epoch minutes: generate_series and the hashes work on integers
+    SELECT * FROM unnest(%(s_gpu)s::bigint[], %(s_lo)s::bigint[], %(s_hi)s::bigint[], %(s_kind)s::int[],
+                         %(s_level)s::float8[], %(s_memory)s::float8[], %(s_idle_to)s::bigint[], %(s_idle_from)s::bigint[],
+                         %(s_seed)s::int[])
+        AS s(gpu_id, lo, hi, kind, level, memory, idle_to, idle_from, seed)
 )
 INSERT INTO {MINUTE_ROLLUP} ({", ".join(ROLLUP_COLUMNS)})
 SELECT gpu_id, to_timestamp(mi * 60), round(util * 10) / 10,
        CASE WHEN NOT mig THEN round(least(100, util + 6 * r3) * 10) / 10 END,
-       CASE WHEN mig THEN NULL WHEN n IS NULL THEN 0 ELSE round(util * 4.5) / 10 END,
-       CASE WHEN mig THEN 61 WHEN n IS NULL THEN 0
-            WHEN mi < idle_to THEN (memory_mib * 0.25)::int ELSE (memory_mib * (0.55 + 0.04 * (n %% 10)))::int END,
+       CASE WHEN mig THEN NULL WHEN kind = {FREE} THEN 0 ELSE round(util * 4.5) / 10 END,
+       CASE WHEN mig THEN 61 WHEN kind = {FREE} THEN 0
+            WHEN mi < idle_to THEN (memory_mib * 0.25)::int ELSE (memory_mib * memory)::int END,
        round(power * 10) / 10, round(power * covered * 10) / 10,
        round(idle_t + (full_t - idle_t) * greatest(0, (power - idle_w) / (full_w - idle_w)))::smallint,
        0, 0, covered, CASE WHEN mig THEN 0 ELSE covered END, ceil(covered / 10.0)::int
 FROM (
     SELECT *,
         CASE WHEN mig THEN idle_w + (full_w - idle_w) * (0.1 + 0.2 * r3)
-             WHEN n IS NULL THEN idle_w * (0.99 + 0.02 * r3)
+             WHEN kind = {FREE} THEN idle_w * (0.99 + 0.02 * r3)
              ELSE idle_w + (full_w - idle_w) * (0.06 + 0.94 * power(util / 100, 1.2)) END AS power
     FROM (
-        SELECT g.*, s.n, s.idle_to, mi, {_rand(3)} AS r3,
-            CASE WHEN g.mig THEN NULL
-                 WHEN s.n IS NULL THEN 2 * {_rand(1)}
-                 WHEN mi < s.idle_to THEN 0.3 + 3 * {_rand(1)}
-                 ELSE 64 + (s.n * 37) %% 28 + 4 * sin(mi::float8 / 13 + gpu_id) + 3 * (2 * {_rand(1)} - 1) END AS util,
+        SELECT g.*, s.kind, s.memory, s.idle_to, mi, {_rand(3)} AS r3, {_UTIL} AS util,
             CASE WHEN {_rand(2)} < 0.0015 THEN 10 + floor({_rand(3)} * 40)::int ELSE 60 END AS covered
         FROM gpus g
         JOIN stretches s USING (gpu_id)
         CROSS JOIN LATERAL generate_series(s.lo, s.hi - 1) mi
-        WHERE NOT EXISTS (SELECT 1 FROM holes h WHERE h.gpu_id = g.gpu_id AND mi >= h.lo AND mi < h.hi)
         OFFSET 0
     ) valued OFFSET 0
 ) powered
@@ -103,18 +94,59 @@ ON CONFLICT (gpu_id, bucket) DO NOTHING
 """  # noqa: S608 (only module constants are interpolated)
 
 
-def insert_minutes(gpus: list[Gpu], *, mig: set[int], start: datetime, end: datetime, holes: list[tuple],
-                   job_prefix: str) -> int:
-    """A rollup for every minute of ``gpus`` in ``[start, end)`` but ``holes`` (GPU, lo, hi), busy where the
-    Slurm jobs ``<job_prefix><n>`` hold them; ``mig``: the MIG-partitioned GPUs (no utilization, as NVML
-    reports them). Returns the rows inserted."""
+def _epoch_minute(moment: datetime) -> int:
+    return int(moment.timestamp()) // 60
+
+
+def gpu_stretches(gpu_ids: list[int], *, held: list[tuple], start: datetime, end: datetime,
+                  holes: list[tuple]) -> list[tuple]:
+    """Each GPU's time in ``[start, end)`` as (GPU, lo, hi, profile, seed, idle to, idle from), in epoch
+    minutes: ``held`` (GPU, lo, hi, profile, seed), which never overlap on a GPU, the free time between them,
+    and neither in ``holes`` (GPU, lo, hi). Idle to, from: where the profile's idle head ends, its idle
+    tail begins."""
+    lo_all, hi_all = _epoch_minute(start), _epoch_minute(end)
+    by_gpu: dict[int, list[tuple]] = {gpu_id: [] for gpu_id in gpu_ids}
+    for gpu_id, lo, hi, profile, seed in held:
+        idle_to = _epoch_minute(lo) + profile.idle_minutes
+        idle_from = _epoch_minute(hi) - profile.idle_tail_minutes if profile.idle_tail_minutes else hi_all
+        by_gpu[gpu_id].append((max(lo_all, _epoch_minute(lo)), min(hi_all, _epoch_minute(hi)), profile, seed, idle_to,
+                               idle_from))
+    cut: dict[int, list[tuple[int, int]]] = {}
+    for gpu_id, lo, hi in holes:
+        cut.setdefault(gpu_id, []).append((_epoch_minute(lo), _epoch_minute(hi)))
+    out = []
+    for gpu_id, spans in by_gpu.items():
+        filled, at = [], lo_all
+        for lo, hi, *rest in sorted((s for s in spans if s[1] > s[0]), key=lambda s: s[0]):
+            filled += [(at, lo, Profile(), 0, 0, hi_all)] if lo > at else []
+            filled.append((lo, hi, *rest))
+            at = max(at, hi)
+        filled += [(at, hi_all, Profile(), 0, 0, hi_all)] if hi_all > at else []
+        for lo, hi, *rest in filled:
+            out += [(gpu_id, a, b, *rest) for a, b in _subtract(lo, hi, cut.get(gpu_id, []))]
+    return out
+
+
+def _subtract(lo: int, hi: int, holes: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    pieces = [(lo, hi)]
+    for h_lo, h_hi in holes:
+        pieces = [p for a, b in pieces for p in ((a, min(b, h_lo)), (max(a, h_hi), b)) if p[1] > p[0]]
+    return pieces
+
+
+def insert_minutes(gpus: list[Gpu], *, mig: set[int], stretches: list[tuple], start: datetime) -> int:
+    """A rollup for every minute of ``stretches`` (:func:`gpu_stretches`) of ``gpus``; ``mig``: the
+    MIG-partitioned GPUs (no utilization, as NVML reports them). Returns the rows inserted."""
     specs = [find_model(g.model.name) or find_model("H100") for g in gpus]
+    offset = start.astimezone(business_zone()).utcoffset() or timedelta(0)  # the rhythm's zone, at the start
     params = {
         "gpu": [g.pk for g in gpus], "mig": [g.pk in mig for g in gpus], "memory": [g.memory_mib for g in gpus],
         "idle_w": [s.idle_w for s in specs], "full_w": [s.full_load_w for s in specs],
         "idle_t": [s.idle_temp_c for s in specs], "full_t": [s.full_load_temp_c for s in specs],
-        "hole_gpu": [h[0] for h in holes], "hole_lo": [h[1] for h in holes], "hole_hi": [h[2] for h in holes],
-        "start": start, "end": end, "source": JobSource.SLURM, "prefix": job_prefix, "like": job_prefix + "%",
+        "s_gpu": [s[0] for s in stretches], "s_lo": [s[1] for s in stretches], "s_hi": [s[2] for s in stretches],
+        "s_kind": [s[3].kind for s in stretches], "s_level": [float(s[3].level) for s in stretches],
+        "s_memory": [float(s[3].memory) for s in stretches], "s_idle_to": [s[5] for s in stretches], "s_idle_from": [s[6] for s in stretches],
+        "s_seed": [s[4] for s in stretches], "offset": int(offset / timedelta(minutes=1)),
     }
     with connection.cursor() as cursor:
         cursor.execute(_MINUTES_SQL, params)
