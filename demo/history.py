@@ -7,14 +7,14 @@ sample gaps (demo/incidents.py), the nodes' maintenance windows, and a minute ro
 GPU and minute, generated in SQL (demo/telemetry.py).
 
 The window is the ``days`` business days before today up to ``now - 7 h`` (on the hour), so it never
-overlaps the simulated agents' 6-hour backfill. Jobs are packed per node in Python (about a thousand
-rows, a fixed seed, never on a booked GPU or in a maintenance window; a job cut by an outage failed).
+overlaps the simulated agents' 6-hour backfill. Jobs are packed per node in Python (several hundred,
+a fixed seed, never on a booked GPU or in a maintenance window; a job cut by an outage failed).
 The minute and hour rollups are generated in SQL from the stored jobs' allocations and the bookings,
 each drawn from its profile (a booking runs what its purpose says), so the telemetry agrees with them:
 nearly idle when free, no rows during an outage, a sample gap or a maintenance window. Then the usage
 aggregates (``usage_process``: the triggers marked everything inserted).
-64 GPUs × 30 days (2.8 M minute rollups) load in about 25 s here, and the commit's foreign-key checks
-take 10 s more.
+64 GPUs × 30 days (2.7 M minute rollups) load in about 25–30 s here (as the flat history did), and
+the commit's foreign-key checks take 10 s more.
 
 Status history: load_demo creates the nodes, and so opens their first status period, at load time.
 The history needs them up before that, so each node's history is made to start at the window's start:

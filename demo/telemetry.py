@@ -5,17 +5,18 @@ Each GPU's time is cut into stretches (:func:`gpu_stretches`): its jobs' allocat
 each with its profile (demo/workloads.py), the free time between them, and nothing in the holes (an
 outage, a sample gap, a maintenance window). One ``INSERT … SELECT`` over ``generate_series`` per
 stretch draws each minute from its profile: pretraining ~95 % with a dip at each hourly checkpoint, the
-always-full GPU 97–100 %, training at its job's level ± a wobble and noise (idle for its first hours,
-if so planned), a notebook under 5 % but for bursts, an endpoint at 10–28 % following the business
-day's rhythm, a batch job at its level ± 3 %; 0–2 % when free; no utilization on the MIG-partitioned
-GPU (NVML gives none: its slices' jobs are unmeasured); a few minutes partly covered. The hour rollups
-are computed from them as the rollup worker would. Both are ``ON CONFLICT DO NOTHING``, so a rerun
-adds nothing twice.
+always-full GPU 97–100 %, training at its job's level ± a wobble and noise, a notebook under 5 % but
+for bursts, an endpoint at 10–28 % following the business day's rhythm, a batch job at its level
+± 3 %; under 4 % in a job's idle first or last minutes (as planned) and on the GPUs a job holds but
+leaves unused; 0–2 % when free; no utilization on the MIG-partitioned GPU (NVML gives none: its
+slices' jobs are unmeasured); a few minutes partly covered. The hour rollups are computed from them as
+the rollup worker would. Both are ``ON CONFLICT DO NOTHING``, so a rerun adds nothing twice.
 """
 
 from __future__ import annotations
 
 from datetime import datetime, timedelta
+from typing import NamedTuple
 
 from django.db import connection
 
@@ -63,8 +64,8 @@ WITH gpus AS (
 ),
 stretches AS (  -- in epoch minutes: generate_series and the hashes work on integers
     SELECT * FROM unnest(%(s_gpu)s::bigint[], %(s_lo)s::bigint[], %(s_hi)s::bigint[], %(s_kind)s::int[],
-                         %(s_level)s::float8[], %(s_memory)s::float8[], %(s_idle_to)s::bigint[], %(s_idle_from)s::bigint[],
-                         %(s_seed)s::int[])
+                         %(s_level)s::float8[], %(s_memory)s::float8[], %(s_idle_to)s::bigint[],
+                         %(s_idle_from)s::bigint[], %(s_seed)s::int[])
         AS s(gpu_id, lo, hi, kind, level, memory, idle_to, idle_from, seed)
 )
 INSERT INTO {MINUTE_ROLLUP} ({", ".join(ROLLUP_COLUMNS)})
@@ -94,36 +95,45 @@ ON CONFLICT (gpu_id, bucket) DO NOTHING
 """  # noqa: S608 (only module constants are interpolated)
 
 
+class Stretch(NamedTuple):
+    """A stretch of one GPU's time drawn from one profile, in epoch minutes: ``[lo, hi)``; idle before
+    ``idle_to`` and from ``idle_from`` (the profile's idle head and tail); ``seed`` varies its noise."""
+
+    gpu_id: int
+    lo: int
+    hi: int
+    profile: Profile
+    seed: int
+    idle_to: int
+    idle_from: int
+
+
 def _epoch_minute(moment: datetime) -> int:
     return int(moment.timestamp()) // 60
 
 
 def gpu_stretches(gpu_ids: list[int], *, held: list[tuple], start: datetime, end: datetime,
-                  holes: list[tuple]) -> list[tuple]:
-    """Each GPU's time in ``[start, end)`` as (GPU, lo, hi, profile, seed, idle to, idle from), in epoch
-    minutes: ``held`` (GPU, lo, hi, profile, seed), which never overlap on a GPU, the free time between them,
-    and neither in ``holes`` (GPU, lo, hi). Idle to, from: where the profile's idle head ends, its idle
-    tail begins."""
+                  holes: list[tuple]) -> list[Stretch]:
+    """Each GPU's time in ``[start, end)``: ``held`` (GPU, lo, hi, profile, seed), which never overlap on a
+    GPU, and the free time between them, neither in ``holes`` (GPU, lo, hi)."""
     lo_all, hi_all = _epoch_minute(start), _epoch_minute(end)
-    by_gpu: dict[int, list[tuple]] = {gpu_id: [] for gpu_id in gpu_ids}
+    by_gpu: dict[int, list[Stretch]] = {gpu_id: [] for gpu_id in gpu_ids}
     for gpu_id, lo, hi, profile, seed in held:
-        idle_to = _epoch_minute(lo) + profile.idle_minutes
-        idle_from = _epoch_minute(hi) - profile.idle_tail_minutes if profile.idle_tail_minutes else hi_all
-        by_gpu[gpu_id].append((max(lo_all, _epoch_minute(lo)), min(hi_all, _epoch_minute(hi)), profile, seed, idle_to,
-                               idle_from))
+        first, last = _epoch_minute(lo), _epoch_minute(hi)
+        by_gpu[gpu_id].append(Stretch(gpu_id, max(lo_all, first), min(hi_all, last), profile, seed,
+                                      first + profile.idle_minutes, last - profile.idle_tail_minutes))
     cut: dict[int, list[tuple[int, int]]] = {}
     for gpu_id, lo, hi in holes:
         cut.setdefault(gpu_id, []).append((_epoch_minute(lo), _epoch_minute(hi)))
     out = []
     for gpu_id, spans in by_gpu.items():
         filled, at = [], lo_all
-        for lo, hi, *rest in sorted((s for s in spans if s[1] > s[0]), key=lambda s: s[0]):
-            filled += [(at, lo, Profile(), 0, 0, hi_all)] if lo > at else []
-            filled.append((lo, hi, *rest))
-            at = max(at, hi)
-        filled += [(at, hi_all, Profile(), 0, 0, hi_all)] if hi_all > at else []
-        for lo, hi, *rest in filled:
-            out += [(gpu_id, a, b, *rest) for a, b in _subtract(lo, hi, cut.get(gpu_id, []))]
+        for span in sorted((s for s in spans if s.hi > s.lo), key=lambda s: s.lo):
+            filled += [Stretch(gpu_id, at, span.lo, Profile(), 0, 0, hi_all)] if span.lo > at else []
+            filled.append(span)
+            at = max(at, span.hi)
+        filled += [Stretch(gpu_id, at, hi_all, Profile(), 0, 0, hi_all)] if hi_all > at else []
+        out += [span._replace(lo=a, hi=b) for span in filled for a, b in _subtract(span.lo, span.hi, cut.get(gpu_id, []))]
     return out
 
 
@@ -134,7 +144,7 @@ def _subtract(lo: int, hi: int, holes: list[tuple[int, int]]) -> list[tuple[int,
     return pieces
 
 
-def insert_minutes(gpus: list[Gpu], *, mig: set[int], stretches: list[tuple], start: datetime) -> int:
+def insert_minutes(gpus: list[Gpu], *, mig: set[int], stretches: list[Stretch], start: datetime) -> int:
     """A rollup for every minute of ``stretches`` (:func:`gpu_stretches`) of ``gpus``; ``mig``: the
     MIG-partitioned GPUs (no utilization, as NVML reports them). Returns the rows inserted."""
     specs = [find_model(g.model.name) or find_model("H100") for g in gpus]
@@ -143,10 +153,11 @@ def insert_minutes(gpus: list[Gpu], *, mig: set[int], stretches: list[tuple], st
         "gpu": [g.pk for g in gpus], "mig": [g.pk in mig for g in gpus], "memory": [g.memory_mib for g in gpus],
         "idle_w": [s.idle_w for s in specs], "full_w": [s.full_load_w for s in specs],
         "idle_t": [s.idle_temp_c for s in specs], "full_t": [s.full_load_temp_c for s in specs],
-        "s_gpu": [s[0] for s in stretches], "s_lo": [s[1] for s in stretches], "s_hi": [s[2] for s in stretches],
-        "s_kind": [s[3].kind for s in stretches], "s_level": [float(s[3].level) for s in stretches],
-        "s_memory": [float(s[3].memory) for s in stretches], "s_idle_to": [s[5] for s in stretches], "s_idle_from": [s[6] for s in stretches],
-        "s_seed": [s[4] for s in stretches], "offset": int(offset / timedelta(minutes=1)),
+        "s_gpu": [s.gpu_id for s in stretches], "s_lo": [s.lo for s in stretches], "s_hi": [s.hi for s in stretches],
+        "s_kind": [s.profile.kind for s in stretches], "s_level": [float(s.profile.level) for s in stretches],
+        "s_memory": [float(s.profile.memory) for s in stretches], "s_idle_to": [s.idle_to for s in stretches],
+        "s_idle_from": [s.idle_from for s in stretches], "s_seed": [s.seed for s in stretches],
+        "offset": int(offset / timedelta(minutes=1)),
     }
     with connection.cursor() as cursor:
         cursor.execute(_MINUTES_SQL, params)

@@ -62,7 +62,7 @@ class Work:
 # team → (share of a GPU's time its jobs aim at, kinds of work)
 TEAM_WORK = {
     "llm": (0.9, (
-        Work(("pretrain-7b", "pretrain-13b"), 6, (8,), (16, 30, 60), PRETRAIN, (95.5, 97.0), (0.85, 0.95), 0.15),
+        Work(("pretrain-7b", "pretrain-13b"), 6, (8,), (16, 30, 60), PRETRAIN, (96.5, 98.0), (0.85, 0.95), 0.15),
         Work(("sft", "dpo", "reward-model"), 4, (2, 4, 8), (3, 8, 16), TRAIN, (86, 93), (0.6, 0.9), 0.5),
     )),
     "vision": (0.85, (
@@ -88,7 +88,7 @@ BOOKED_WORK = {
 }
 # The interactive GPUs (host → indices): no batch jobs, Jupyter sessions of NOTEBOOKS' team on weekdays
 # (each GPU, each weekday, with NOTEBOOKS' chance)
-INTERACTIVE = {"gpu-h100-01": (6,), "gpu-h100-02": (5, 6, 7), "gpu-l40s-01": (4, 5, 6, 7), "gpu-l40s-02": (4, 5, 6, 7)}
+INTERACTIVE = {"gpu-h100-01": (6,), "gpu-h100-02": (5, 6, 7), "gpu-l40s-01": (6, 7), "gpu-l40s-02": (5, 6, 7)}
 NOTEBOOKS = ("vision", 0.85)
 # host, GPU index, team, job names: jobs back to back from the history's start, every minute ≥ 97 %
 ALWAYS_FULL = ("gpu-h100-01", 5, "vision", ("video-diffusion-4k",))
