@@ -4,7 +4,6 @@ plotly bundle, and the agent's health."""
 from datetime import timedelta
 from urllib.parse import urlsplit
 
-from django.utils import timezone
 from playwright.sync_api import expect
 
 from cluster.choices import AlertKind, AlertSubject, AlertTier, NodeStatus
@@ -21,6 +20,7 @@ from cluster.models import (
     NodeStatusPeriod,
 )
 from core.timeutils import business_day_bounds, business_today
+from tests.browser.conftest import NOW
 
 LOCAL_HOSTS = {"localhost", "127.0.0.1", "::1"}
 
@@ -81,7 +81,7 @@ def test_an_engineer_sees_todays_charts_and_the_agents_health(
         mig_profile="2g.20gb", share=240000,
     )
     gpus = list(Gpu.objects.filter(node=node))
-    now = timezone.now()
+    now = NOW  # the moment the browser tests are frozen at (conftest)
     todays_telemetry(node, gpus, now=now)
     running = Job.objects.create(source=JobSource.SLURM, external_id="7", name="notebook", user="ed", team=team_a,
                                  state=JobState.RUNNING, start_time=now - timedelta(hours=1))

@@ -2,20 +2,20 @@
 
 from datetime import timedelta
 
-from django.utils import timezone
 from playwright.sync_api import expect
 
 from accounting.models import DailyUsage, Quota
 from cluster.models import Alert, Gpu
 from core.timeutils import business_day_of
 from teams.models import Project
+from tests.browser.conftest import NOW
 
 CARD_HOUR = 840_000 * 3600  # ticks
 
 
 def test_a_lead_sees_the_quota_banner_and_the_burndown_forecast(page, live_server, login, screenshot, lead_a, team_a,
                                                                 small_cluster):
-    now = timezone.now()
+    now = NOW  # the moment the browser tests are frozen at (conftest)
     today = business_day_of(now)
     gpu = Gpu.objects.filter(model=small_cluster["h200"]).order_by("pk").first()
     project = Project.objects.get(slug="alpha-pre")
