@@ -74,7 +74,7 @@ from cluster.models import DirtyBucket, Gpu
 from cluster.telemetry.dirty_marks import floor_minute
 from core.timeutils import business_day_bounds, business_day_of, business_today, business_zone
 from teams.models import Project, Team
-from teams.roles import sees_all_teams
+from teams.selectors import visible_team_ids
 
 BY_CHOICES = ("team", "project", "gpu_model", "node", "gpu")
 GPU_GROUPINGS = ("gpu_model", "node", "gpu")
@@ -261,15 +261,6 @@ def _add_live(out: dict, by: str, start: datetime, end: datetime, now: datetime,
         out[team_id if by == "team" else (team_id, project_id)][UNMEASURED] += ticks
 
 
-def _visible_teams(user) -> set[int] | None:
-    """Team ids whose rows ``user`` may see; None: every team and the unattributed row."""
-    if user is None or (user.is_authenticated and sees_all_teams(user)):
-        return None
-    if not user.is_authenticated:
-        return set()
-    return set(Team.objects.visible_to(user).values_list("pk", flat=True))
-
-
 def _collect(*, start, end, by, user, now) -> tuple[dict[Hashable, Counter], dict[int, _GpuInfo]]:
     check_report(start=start, end=end, by=by)
     gpu_level = by in GPU_GROUPINGS
@@ -286,7 +277,7 @@ def _collect(*, start, end, by, user, now) -> tuple[dict[Hashable, Counter], dic
         _add_live(out, by, lo, hi, now, gpus)
     out = {key: ticks for key, ticks in out.items() if any(ticks.values())}
     if not gpu_level:
-        visible = _visible_teams(user)
+        visible = visible_team_ids(user)
         if visible is not None:
             out = {key: ticks for key, ticks in out.items() if (key if by == "team" else key[0]) in visible}
     return out, gpus

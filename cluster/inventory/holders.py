@@ -25,8 +25,7 @@ from django.utils.translation import gettext_lazy as _
 from cluster.choices import GpuStatus, NodeStatus
 from cluster.models import Allocation, AllocationOrigin, Gpu, GpuHold, HoldKind, JobState, MinuteRollup
 from core.choices import ColouredChoices
-from teams.models import Team
-from teams.roles import sees_all_teams
+from teams.selectors import visible_team_ids
 
 RECENT = timedelta(minutes=5)  # how old a minute rollup (or an observed process) may be and still be "now"
 
@@ -121,13 +120,6 @@ def current_utilization(gpu_ids: Sequence[int], *, now: datetime) -> dict[int, t
     return {gpu_id: (util, bucket) for gpu_id, util, bucket in rows}
 
 
-def _visible_team_ids(user) -> frozenset[int] | None:
-    """The teams whose rows ``user`` sees in full; None: all of them (admin and finance)."""
-    if sees_all_teams(user):
-        return None
-    return frozenset(Team.objects.visible_to(user).values_list("pk", flat=True))
-
-
 def _sees(team_id: int | None, visible: frozenset[int] | None) -> bool:
     return visible is None or (team_id is not None and team_id in visible)
 
@@ -139,7 +131,7 @@ def current_holdings(user, gpu_ids: Sequence[int], *, now: datetime) -> dict[int
     observed allocation ends where its process was last seen, so a running observed job still holds the
     GPU while it was seen in the last :data:`RECENT`. Three queries at most (the viewer's teams,
     allocations, holds)."""
-    visible = _visible_team_ids(user)
+    visible = visible_team_ids(user)
     still_seen = Q(
         origin=AllocationOrigin.OBSERVED, end__gte=now - RECENT, job__state=JobState.RUNNING,
         job__end_time__isnull=True,
@@ -224,3 +216,15 @@ def gpus_now(user, gpus: Sequence[tuple[Gpu, str]], *, now: datetime) -> dict[in
         )
         result[gpu.pk] = GpuNow(state, held, util, at)
     return result
+
+
+def attach_holders(user, nodes, *, now: datetime) -> None:
+    """Give every whole GPU of ``nodes`` its ``now`` (:class:`~cluster.inventory.holders.GpuNow`, as the
+    viewer may see it) and its ``slices`` (MIG instances, each with its own ``now``): four queries."""
+    by_gpu = gpus_now(user, node_gpus(nodes), now=now)
+    for node in nodes:
+        for gpu in node.whole_gpus:
+            gpu.now = by_gpu[gpu.pk]
+            gpu.slices = list(gpu.mig_instances.all())
+            for mig in gpu.slices:
+                mig.now = by_gpu[mig.pk]

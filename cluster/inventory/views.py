@@ -7,25 +7,13 @@ from django.utils import timezone
 from django.utils.translation import gettext
 
 from cluster.inventory.filters import FIRST_DAY, NodeDayForm, NodeFilterForm, nodes_with_gpus
-from cluster.inventory.holders import HolderState, gpus_now, node_gpus
+from cluster.inventory.holders import HolderState, attach_holders
 from cluster.inventory.selectors import inventory_summary
 from cluster.telemetry import charts
 from cluster.telemetry.selectors import node_day_series, node_gpu_labels, node_health, still_filling_from
 from core.timeutils import business_day_bounds, business_today, epoch_ms
 
 HEATMAP_BUCKET_MINUTES = 10
-
-
-def _with_holders(request, nodes, *, now) -> None:
-    """Give every whole GPU of ``nodes`` its ``now`` (:class:`~cluster.inventory.holders.GpuNow`, as the
-    viewer may see it) and its ``slices`` (MIG instances, each with its own ``now``): four queries."""
-    by_gpu = gpus_now(request.user, node_gpus(nodes), now=now)
-    for node in nodes:
-        for gpu in node.whole_gpus:
-            gpu.now = by_gpu[gpu.pk]
-            gpu.slices = list(gpu.mig_instances.all())
-            for mig in gpu.slices:
-                mig.now = by_gpu[mig.pk]
 
 
 def _legend() -> list[tuple[str, str]]:
@@ -41,7 +29,7 @@ def inventory(request):
     if form.is_bound and form.is_valid():
         nodes = form.filter(nodes)
     nodes = list(nodes)
-    _with_holders(request, nodes, now=timezone.now())
+    attach_holders(request.user, nodes, now=timezone.now())
     return render(request, "cluster/inventory.html", {
         "form": form, "nodes": nodes, "summary": inventory_summary(nodes), "filtered": form.is_bound,
         "legend": _legend(),
@@ -59,7 +47,7 @@ def node_detail(request, hostname: str):
     day = form.chosen_day(today=today)
     form.initial["day"] = day  # what the date input shows when no (valid) day was asked for
     day_start, day_end = business_day_bounds(day)
-    _with_holders(request, [node], now=now)
+    attach_holders(request.user, [node], now=now)
     labels = node_gpu_labels(node)
     series = node_day_series(node, day_start, day_end, labels=labels)
     health = node_health(node)
