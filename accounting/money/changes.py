@@ -26,11 +26,10 @@ from django.utils.translation import gettext as _
 
 from accounting.models import MoneyChange
 from core.money import currency_validator
+from core.sqlstate import DEADLOCK_DETECTED, EXCLUSION_VIOLATION
 from core.timewindow import OutsideWindow, check_date_in_window, window_message
 from teams.roles import is_admin, is_finance
 
-EXCLUSION_VIOLATION = "23P01"
-DEADLOCK_DETECTED = "40P01"
 WRITE_ATTEMPTS = 3
 SUBJECT_LENGTH = MoneyChange._meta.get_field("subject").max_length
 

@@ -46,11 +46,10 @@ from cluster.models import (
     Node,
     TeamBookingPolicy,
 )
+from core.sqlstate import DEADLOCK_DETECTED, EXCLUSION_VIOLATION
 from teams.models import Membership, Project, Team
 from teams.roles import TeamRole, is_admin
 
-EXCLUSION_VIOLATION = "23P01"
-DEADLOCK_DETECTED = "40P01"
 AUTO_PICK_ATTEMPTS = 5
 
 
