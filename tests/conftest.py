@@ -45,6 +45,7 @@ CLOCK_MODULES = frozenset({
     "accounting/usage/test_states.py",
     "accounting/usage/test_states_detail.py",
     "accounting/usage/test_board_tables.py",
+    "accounting/usage/test_backfill_migration.py",
     "accounting/usage/test_pending.py",
     "accounting/usage/test_report.py",
     "browser/test_bookings.py",
