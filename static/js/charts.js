@@ -10,7 +10,11 @@
       return;
     }
     var figure = JSON.parse(source.textContent);
-    Plotly.newPlot(element, figure.data, figure.layout, { responsive: true, displaylogo: false });
+    var config = { responsive: true, displaylogo: false };
+    if (document.documentElement.lang.indexOf("zh") === 0) {
+      config.locale = "zh-CN";  // js/plotly-locale-zh-cn.js: Chinese month and day names on date axes
+    }
+    Plotly.newPlot(element, figure.data, figure.layout, config);
   }
 
   function drawAll() {
