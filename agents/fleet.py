@@ -7,8 +7,10 @@ Nodes and hostnames. ``--models H200:4,H100:2,L40S:2`` gives 4 H200 nodes, then 
 without counts (``H200,H100,L40S``) the ``--nodes`` are split into groups as even as possible, the
 first models taking the remainder. A node is named ``<prefix><model>-<NN>`` (``--hostname-prefix``,
 default ``gpu-``), numbered per model: ``gpu-h200-01``. Ports follow the same order. So
-``fleet --nodes 8 --models H200:4,H100:2,L40S:2 --mig gpu-h100-01`` is the cluster of the server's
-demo data set (demo/cluster.py), with the same hostnames, ports and GPU UUIDs (seed 0).
+``fleet --nodes 8 --models H200:4,H100:2,L40S:2 --mig gpu-h100-01 --maintenance gpu-l40s-02`` is the
+cluster of the server's demo data set (demo/cluster.py), with the same hostnames, ports and GPU UUIDs
+(seed 0). ``--maintenance`` names the nodes in maintenance: their GPUs run no workload (0 %
+utilization, no processes), as the demo's node in maintenance (demo/bookings.py) runs none in its history.
 
 Token file (``--token-file``), the contract with the server's demo loader: a JSON object mapping each
 hostname to its agent::
@@ -47,6 +49,7 @@ class FleetNode:
     port: int
     spec: GpuSpec
     mig: bool
+    maintenance: bool = False
 
 
 def add_fleet_arguments(parser: argparse.ArgumentParser) -> None:
@@ -61,6 +64,8 @@ def add_fleet_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--spool-dir", required=True, help="folder of the spools (<hostname>.sqlite)")
     parser.add_argument("--hostname-prefix", default="gpu-", help="hostname prefix (default gpu-)")
     parser.add_argument("--mig", default="", help="comma-separated hostnames whose GPU 0 is MIG-partitioned")
+    parser.add_argument("--maintenance", default="", help="comma-separated hostnames in maintenance: their GPUs "
+                                                          "run no workload")
     parser.add_argument("--seed", type=int, default=0, help="workload seed of every node (default 0)")
     parser.add_argument("--speed", default="1", help="clock speed-up while catching up (default 1)")
     parser.add_argument("--start", default="now", help='clock start: "now", a relative time (write --start=-2h), epoch seconds, ISO-8601 '
@@ -70,7 +75,8 @@ def add_fleet_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--log-level", default="info", help="debug, info, warning, error (default info)")
 
 
-def plan_fleet(*, nodes: int | None, models: str, base_port: int, prefix: str, mig: str = "") -> list[FleetNode]:
+def plan_fleet(*, nodes: int | None, models: str, base_port: int, prefix: str, mig: str = "",
+               maintenance: str = "") -> list[FleetNode]:
     """The nodes a fleet runs, in port order (see the module docstring)."""
     groups: list[tuple[GpuSpec, int | None]] = []
     for item in filter(None, (part.strip() for part in models.split(","))):
@@ -98,16 +104,19 @@ def plan_fleet(*, nodes: int | None, models: str, base_port: int, prefix: str, m
     if not 1 <= base_port <= 65535 - sum(counts) + 1:
         raise ConfigError("--base-port", "leaves no room for every node's port", base_port)
     mig_hosts = {host.strip() for host in mig.split(",") if host.strip()}
+    maintenance_hosts = {host.strip() for host in maintenance.split(",") if host.strip()}
     plan = []
     for (spec, _count), count in zip(groups, counts, strict=True):
         for number in range(1, count + 1):
             hostname = f"{prefix}{spec.short_name.lower()}-{number:02d}"
             if hostname in mig_hosts and not spec.mig_layout:
                 raise ConfigError("--mig", f"{hostname} is an {spec.name}, which has no MIG", mig)
-            plan.append(FleetNode(hostname, base_port + len(plan), spec, hostname in mig_hosts))
-    unknown = mig_hosts - {node.hostname for node in plan}
-    if unknown:
-        raise ConfigError("--mig", f"no such node in this fleet: {', '.join(sorted(unknown))}", mig)
+            plan.append(FleetNode(hostname, base_port + len(plan), spec, hostname in mig_hosts,
+                                  hostname in maintenance_hosts))
+    for option, hosts, value in (("--mig", mig_hosts, mig), ("--maintenance", maintenance_hosts, maintenance)):
+        unknown = hosts - {node.hostname for node in plan}
+        if unknown:
+            raise ConfigError(option, f"no such node in this fleet: {', '.join(sorted(unknown))}", value)
     return plan
 
 
@@ -145,11 +154,12 @@ def sync_token_file(path: Path, plan: list[FleetNode], *, url_host: str, gpus: i
 
 def run_fleet(args: argparse.Namespace) -> int:
     from agents.agent import Agent, configure_logging, wait_for_signal
+    from agents.backends.sim import SimBackend
 
     try:
         configure_logging(args.log_level if args.log_level in ("debug", "info", "warning", "error") else "info")
         plan = plan_fleet(nodes=args.nodes, models=args.models, base_port=args.base_port,
-                          prefix=args.hostname_prefix, mig=args.mig)
+                          prefix=args.hostname_prefix, mig=args.mig, maintenance=args.maintenance)
         host = args.listen_host
         url_host = "127.0.0.1" if host in ("0.0.0.0", "::", "") else host  # noqa: S104 (compared, not bound)
         tokens = sync_token_file(Path(args.token_file), plan, url_host=url_host, gpus=args.gpus)
@@ -178,7 +188,9 @@ def run_fleet(args: argparse.Namespace) -> int:
                 sim=SimConfig(gpus=base.gpus, model=node.spec.short_name, seed=base.seed, speed=base.speed,
                               start=base.start, mig=node.mig),
             )
-            running.append(Agent(config, stop_event=stop))
+            backend = SimBackend(hostname=node.hostname, gpus=base.gpus, model=node.spec.short_name, seed=base.seed,
+                                 mig=node.mig, maintenance=node.maintenance)
+            running.append(Agent(config, backend=backend, stop_event=stop))
     except ConfigError as error:
         for agent in running:
             agent.stop()
@@ -187,7 +199,8 @@ def run_fleet(args: argparse.Namespace) -> int:
     for agent, node in zip(running, plan, strict=True):
         agent.start()
         print(f"{node.hostname}\t{tokens[node.hostname]['url']}\t{node.spec.short_name} x{args.gpus}"
-              f"{' (MIG on GPU 0)' if node.mig else ''}", flush=True)
+              f"{' (MIG on GPU 0)' if node.mig else ''}{' (maintenance: no workload)' if node.maintenance else ''}",
+              flush=True)
     wait_for_signal(stop)
     for agent in running:
         agent.stop()

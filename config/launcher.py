@@ -20,6 +20,9 @@ import time
 from config.embedded import BASE_DIR, VAR_DIR, local_environment
 
 FLEET_NODES = 8
+# The demo data set's cluster (demo/cluster.py, demo/bookings.py), which config may not import:
+# tests/demo/test_live_fleet.py holds them equal. The node in maintenance runs no workload.
+FLEET_MODELS, FLEET_MIG, FLEET_MAINTENANCE = "H200:4,H100:2,L40S:2", "gpu-h100-01", "gpu-l40s-02"
 DEMO_DEFAULTS = {
     "DJANGO_SETTINGS_MODULE": "config.settings",
     "CARDHOUR_BUSINESS_TIME_ZONE": "Asia/Shanghai",
@@ -56,12 +59,8 @@ def main(argv: list[str] | None = None) -> int:
     state = VAR_DIR / args.state
     tokens = state / "fleet-tokens.json"
     fleet = subprocess.Popen(
-        [
-            sys.executable, "-m", "agents", "fleet", "--nodes", str(FLEET_NODES), "--gpus", "8",
-            "--models", "H200:4,H100:2,L40S:2", "--mig", "gpu-h100-01", "--base-port", str(args.agent_port),
-            "--token-file", str(tokens), "--spool-dir", str(state / "spools"),
-            f"--start={args.backfill}", "--speed", "120", "--log-level", "warning",
-        ],
+        [sys.executable, "-m", "agents", *fleet_arguments(agent_port=args.agent_port, tokens=tokens,
+                                                          spools=state / "spools", backfill=args.backfill)],
         cwd=BASE_DIR, start_new_session=True,
     )
     manage = [sys.executable, str(BASE_DIR / "manage.py")]
@@ -120,6 +119,15 @@ def main(argv: list[str] | None = None) -> int:
     _stop_all(processes)
     print("Stopped web, worker and beat; stopping PostgreSQL and Redis.", flush=True)
     return exit_code
+
+
+def fleet_arguments(*, agent_port: int, tokens, spools, backfill: str) -> list[str]:
+    """``python -m agents`` arguments of the demo's simulated fleet (agents/fleet.py)."""
+    return [
+        "fleet", "--nodes", str(FLEET_NODES), "--gpus", "8", "--models", FLEET_MODELS, "--mig", FLEET_MIG,
+        "--maintenance", FLEET_MAINTENANCE, "--base-port", str(agent_port), "--token-file", str(tokens),
+        "--spool-dir", str(spools), f"--start={backfill}", "--speed", "120", "--log-level", "warning",
+    ]
 
 
 def _stop_all(processes: dict[str, subprocess.Popen], timeout_s: float = 15.0) -> None:

@@ -5,7 +5,7 @@ interval (an accelerated clock catching up, a restarted agent filling its gap) a
 same record. Optionally GPU 0 is MIG-partitioned as in the H100 capture (3g + 2g + 1g + 1g of 7
 slices): the GPU's record then has null utilization (and no processes), and each instance has its
 own record with null utilization, power, temperature and clock and the processes running in it,
-as the nvml backend reports them.
+as the nvml backend reports them. A node in maintenance (``maintenance=True``) runs no workload.
 """
 
 from __future__ import annotations
@@ -60,13 +60,16 @@ class SimBackend:
     """The ``sim`` backend (agents.records.Backend): any past interval can be computed, so it may run
     on an accelerated clock that starts in the past."""
 
-    def __init__(self, *, hostname: str, gpus: int = 8, model: str = "H200", seed: int = 0, mig: bool = False) -> None:
+    def __init__(self, *, hostname: str, gpus: int = 8, model: str = "H200", seed: int = 0, mig: bool = False,
+                 maintenance: bool = False) -> None:
+        """``maintenance``: the node is in maintenance and its GPUs run no workload (0 % utilization, no
+        processes, idle power), as a drained node's do."""
         spec = find_model(model)
         if spec is None:
             raise ValueError(f"unknown GPU model {model!r}")
         if mig and not spec.mig_layout:
             raise ValueError(f"{spec.name} has no MIG")
-        self.hostname, self.spec, self.seed = hostname, spec, seed
+        self.hostname, self.spec, self.seed, self.maintenance = hostname, spec, seed, maintenance
         host_key = mix(seed, text_key(hostname))
         self._gpus = []
         for index in range(gpus):
@@ -124,13 +127,16 @@ class SimBackend:
     def close(self) -> None:
         pass
 
+    def _job_at(self, key: int, t: float) -> Job | None:
+        return None if self.maintenance else job_at(key, t)
+
     # -- whole GPUs ---------------------------------------------------------------------------
 
     def _sample_whole(self, gpu: _Gpu, ts: int, interval_s: int, points: list[float]) -> Record:
         spec = self.spec
         utils, mem_utils, powers, jobs = [], [], [], {}
         for t in points:
-            job = job_at(gpu.key, t)
+            job = self._job_at(gpu.key, t)
             util = util_at(job, gpu.key, t) if job else 0.0
             utils.append(util)
             mem_utils.append(util * MEM_UTIL_RATIO[job.kind] if job else 0.0)
@@ -174,7 +180,7 @@ class SimBackend:
         for t in points:
             loads = []
             for inst in gpu.instances:
-                job = job_at(inst.key, t)
+                job = self._job_at(inst.key, t)
                 util = util_at(job, inst.key, t) if job else 0.0
                 loads.append((inst.profile.slices / TOTAL_SLICES, util, job is not None))
                 used = inst.profile.base_used_mib + (_job_memory(job, inst.profile.memory_mib) if job else 0)

@@ -14,12 +14,13 @@ from tests.agents.agent_helpers import ROOT, free_port_run, get_json, wait_for
 
 
 def test_it_plans_the_demo_cluster():
-    plan = plan_fleet(nodes=8, models="H200:4,H100:2,L40S:2", base_port=9400, prefix="gpu-", mig="gpu-h100-01")
-    assert [(n.hostname, n.port, n.spec.short_name, n.mig) for n in plan] == [
-        ("gpu-h200-01", 9400, "H200", False), ("gpu-h200-02", 9401, "H200", False),
-        ("gpu-h200-03", 9402, "H200", False), ("gpu-h200-04", 9403, "H200", False),
-        ("gpu-h100-01", 9404, "H100", True), ("gpu-h100-02", 9405, "H100", False),
-        ("gpu-l40s-01", 9406, "L40S", False), ("gpu-l40s-02", 9407, "L40S", False),
+    plan = plan_fleet(nodes=8, models="H200:4,H100:2,L40S:2", base_port=9400, prefix="gpu-", mig="gpu-h100-01",
+                      maintenance="gpu-l40s-02")
+    assert [(n.hostname, n.port, n.spec.short_name, n.mig, n.maintenance) for n in plan] == [
+        ("gpu-h200-01", 9400, "H200", False, False), ("gpu-h200-02", 9401, "H200", False, False),
+        ("gpu-h200-03", 9402, "H200", False, False), ("gpu-h200-04", 9403, "H200", False, False),
+        ("gpu-h100-01", 9404, "H100", True, False), ("gpu-h100-02", 9405, "H100", False, False),
+        ("gpu-l40s-01", 9406, "L40S", False, False), ("gpu-l40s-02", 9407, "L40S", False, True),
     ]
 
 
@@ -35,7 +36,8 @@ def test_it_splits_nodes_evenly_without_counts():
     ("kwargs", "key"),
     [({"models": "H200,V100"}, "--models"), ({"models": "H200:2,H100"}, "--models"),
      ({"nodes": 3, "models": "H200:2"}, "--nodes"), ({"models": "L40S", "mig": "gpu-l40s-01"}, "--mig"),
-     ({"models": "H200", "mig": "nope"}, "--mig"), ({"nodes": 1, "models": "H200,H100"}, "--nodes")],
+     ({"models": "H200", "mig": "nope"}, "--mig"), ({"nodes": 1, "models": "H200,H100"}, "--nodes"),
+     ({"models": "H200", "maintenance": "gpu-h200-01,nope"}, "--maintenance")],
 )
 def test_it_names_the_option_of_a_bad_plan(kwargs, key):
     kwargs = {"nodes": None, "base_port": 9400, "prefix": "gpu-", **kwargs}
@@ -64,7 +66,8 @@ def test_it_runs_n_agents_on_consecutive_ports(tmp_path):
     token_file = tmp_path / "fleet.json"
     command = [sys.executable, "-m", "agents", "fleet", "--nodes", "3", "--gpus", "2", "--models", "H200,H100,L40S",
                "--base-port", str(base), "--token-file", str(token_file), "--spool-dir", str(tmp_path / "spools"),
-               "--speed", "600", "--start=-5m", "--mig", "gpu-h100-01", "--log-level", "warning"]
+               "--speed", "600", "--start=-5m", "--mig", "gpu-h100-01", "--maintenance", "gpu-l40s-01",
+               "--log-level", "warning"]
     fleet = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         wait_for(lambda: token_file.exists() and len(json.loads(token_file.read_text())) == 3, timeout=15,
@@ -90,6 +93,8 @@ def test_it_runs_n_agents_on_consecutive_ports(tmp_path):
             assert inventory["gpus"][0]["mig_mode"] is (hostname == "gpu-h100-01")
             status, page = get_json(f"{entry['url']}/v1/samples?after=0", token=entry["token"])
             assert status == 200 and page["records"]
+            if hostname == "gpu-l40s-01":  # in maintenance: no workload
+                assert not any(r["processes"] or r["util_gpu"] for r in page["records"])
         other = tokens["gpu-h100-01"]["token"]
         assert get_json(f"{tokens['gpu-h200-01']['url']}/v1/samples", token=other)[0] == 401  # tokens differ
         assert sorted(p.name for p in (tmp_path / "spools").iterdir() if p.suffix == ".sqlite") == [

@@ -126,3 +126,16 @@ def test_it_averages_over_longer_intervals():
     record = backend.sample(ts=T0 + 300, interval_s=300)[0]
     assert record["interval_s"] == 300
     assert record["energy_j"] == pytest.approx(record["power_w"] * 300)
+
+
+def test_a_node_in_maintenance_runs_no_workload():
+    moments = range(T0, T0 + 6 * 3600, 600)
+    for mig in (False, True):
+        busy = SimBackend(hostname="gpu-h100-01", model="H100", mig=mig)
+        idle = SimBackend(hostname="gpu-h100-01", model="H100", mig=mig, maintenance=True)
+        assert any(r["processes"] for t in moments for r in busy.sample(ts=t, interval_s=10))
+        records = [r for t in moments for r in idle.sample(ts=t, interval_s=10)]
+        assert len(records) == len([r for t in moments for r in busy.sample(ts=t, interval_s=10)])
+        assert not any(r["processes"] for r in records)
+        assert {r["util_gpu"] for r in records if r["util_gpu"] is not None} <= {0.0}
+        assert all(r["mem_used_mib"] == 0 for r in records if not mig)
