@@ -4,6 +4,7 @@ from rest_framework.routers import DefaultRouter
 from accounting.money import api as money_views
 from accounting.money import statement_api as statement_views
 from accounting.usage.api import UsageReportView
+from boards.api import DailyBoardView
 from cluster.bookings import api as booking_views
 from cluster.inventory import api as cluster_api
 from cluster.jobs import api as job_views
@@ -28,6 +29,7 @@ urlpatterns = [
     *router.urls,
     path("availability/", booking_views.AvailabilityView.as_view(), name="availability"),
     path("reports/usage/", UsageReportView.as_view(), name="usage-report"),
+    path("boards/daily/", DailyBoardView.as_view(), name="board-daily"),
     path("charge-policy/", money_views.ChargePolicyView.as_view(), name="charge-policy"),
     path("statements/", statement_views.StatementListView.as_view(), name="statement-list"),
     path("statements/<int:pk>/", statement_views.StatementDetailView.as_view(), name="statement-detail"),

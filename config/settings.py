@@ -128,6 +128,7 @@ INSTALLED_APPS = [
     "teams",
     "cluster",
     "accounting",
+    "boards",
     "demo",
 ]
 
@@ -177,7 +178,7 @@ AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
 ]
 LOGIN_URL = "login"
-LOGIN_REDIRECT_URL = "cluster:inventory"
+LOGIN_REDIRECT_URL = "boards:daily"
 LOGOUT_REDIRECT_URL = "login"
 
 # Stored times are UTC. TIME_ZONE is the display zone; CARDHOUR_BUSINESS_TIME_ZONE draws the days and
@@ -279,6 +280,12 @@ TELEMETRY_MINUTE_RETENTION_DAYS = env_int("TELEMETRY_MINUTE_RETENTION_DAYS", 400
 
 # Usage states (DESIGN.md §4): an allocated GPU-minute below this mean utilization is idle.
 CARDHOUR_IDLE_THRESHOLD_PCT = env_int("CARDHOUR_IDLE_THRESHOLD_PCT", 5, minimum=0)
+
+# The daily board (boards/, issue 14): a GPU idle or unallocated this many business days in a row is
+# "long idle"; one at or above CARDHOUR_ALWAYS_FULL_PCT in every measured minute of a day is "always full"
+# (the duty cycle: a kernel was running, not saturation).
+CARDHOUR_LONG_IDLE_DAYS = env_int("CARDHOUR_LONG_IDLE_DAYS", 3, minimum=1)
+CARDHOUR_ALWAYS_FULL_PCT = env_int("CARDHOUR_ALWAYS_FULL_PCT", 95, minimum=1)
 
 # Observed usage: processes the agents see become jobs and allocations (cluster/jobs/observed/).
 OBSERVED_SCAN_EVERY_S = env_int("OBSERVED_SCAN_EVERY_S", 60, minimum=1)

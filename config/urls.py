@@ -1,16 +1,15 @@
 from django.contrib import admin
 from django.urls import include, path
-from django.views.generic import RedirectView
 from drf_spectacular.views import SpectacularAPIView
 
 from teams import views as teams_views
 
 urlpatterns = [
-    path("", RedirectView.as_view(pattern_name="cluster:inventory", permanent=False)),
     path("accounts/login/", teams_views.LoginView.as_view(), name="login"),
     path("accounts/logout/", teams_views.LogoutView.as_view(), name="logout"),
     path("i18n/", include("django.conf.urls.i18n")),
     path("admin/", admin.site.urls),
+    path("", include("boards.urls")),
     path("", include("teams.urls")),
     path("", include("cluster.urls")),
     path("", include("accounting.urls")),

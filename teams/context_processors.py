@@ -19,6 +19,7 @@ def navigation(request):
     if user is None or not user.is_authenticated:
         return {"nav_entries": [], "nav_roles": []}
     entries = [
+        NavEntry(_("Board"), reverse("boards:daily"), "board"),
         NavEntry(_("Inventory"), reverse("cluster:inventory"), "inventory"),
         NavEntry(_("Jobs"), reverse("cluster:job-list"), "jobs"),
         NavEntry(_("Bookings"), reverse("cluster:booking-calendar"), "bookings"),

@@ -228,3 +228,53 @@ def attach_holders(user, nodes, *, now: datetime) -> None:
             gpu.slices = list(gpu.mig_instances.all())
             for mig in gpu.slices:
                 mig.now = by_gpu[mig.pk]
+
+
+@dataclass(frozen=True)
+class HeldSpan:
+    """A holding of one physical GPU over ``[start, end)`` (a MIG slice's holding counts on its GPU)."""
+
+    start: datetime
+    end: datetime
+    holding: Holding
+
+
+def holdings_between(user, gpu_ids: Sequence[int], *, start: datetime, end: datetime,
+                     now: datetime) -> dict[int, list[HeldSpan]]:
+    """Physical GPU id → the jobs and bookings that held it within ``[start, end)``, as ``user`` may see
+    them (the team always; the job or booking only where the viewer sees the team), for the board's
+    heatmap. A job still running holds up to ``now``. Three queries at most."""
+    visible = visible_team_ids(user)
+    out: dict[int, list[HeldSpan]] = defaultdict(list)
+    allocations = (
+        Allocation.objects.filter(Q(gpu_id__in=gpu_ids) | Q(gpu__mig_parent_id__in=gpu_ids), start__lt=end)
+        .filter(Q(end__isnull=True) | Q(end__gt=start))
+        .order_by("start", "job_id")
+        .values_list("gpu_id", "gpu__mig_parent_id", "job_id", "job__team_id", "job__team__name", "job__external_id",
+                     "job__name", "start", "end")
+    )
+    seen: set[tuple] = set()
+    for gpu_id, parent_id, job_id, team_id, team, external_id, name, lo, hi in allocations:
+        physical = parent_id or gpu_id
+        key = (physical, job_id, lo)
+        if key in seen:
+            continue
+        seen.add(key)
+        team = team or gettext("Unattributed")
+        if _sees(team_id, visible):
+            label = f"{external_id} · {name}" if name and name != external_id else external_id
+            holding = Holding(HoldingKind.JOB, team, True, job_id, label)
+        else:
+            holding = Holding(HoldingKind.JOB, team, False)
+        out[physical].append(HeldSpan(lo, hi or now, holding))
+    holds = (
+        GpuHold.objects.active().filter(gpu_id__in=gpu_ids, during__overlap=(start, end), kind=HoldKind.BOOKING)
+        .order_by("during").values_list("gpu_id", "booking_id", "team_id", "team__name", "booking__note", "during")
+    )
+    for gpu_id, booking_id, team_id, team, note, during in holds:
+        if _sees(team_id, visible):
+            holding = Holding(HoldingKind.BOOKING, team, True, booking_id, f"#{booking_id}" + (f" · {note}" if note else ""))
+        else:
+            holding = Holding(HoldingKind.BOOKING, team, False)
+        out[gpu_id].append(HeldSpan(during.lower, during.upper, holding))
+    return dict(out)

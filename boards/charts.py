@@ -1,0 +1,217 @@
+"""Plotly figure dicts for the daily board (issue 14): pure functions of the selectors' DataFrames, no ORM
+and no request (STYLE.md 6). The view passes the words (already translated) and the display zone; the
+page's ``static/js/charts.js`` hands the dicts to the local plotly.js with the page's locale.
+
+Times go to plotly as wall-clock *strings* of the display zone (plotly reads a string as written, while
+it would shift epoch milliseconds into the browser's zone)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta, tzinfo
+from html import escape
+
+import pandas as pd
+
+from boards.maths import (
+    BANDS,
+    MEASURED,
+    OTHER_TEAMS,
+    band_label,
+    band_shares,
+    cell_kind,
+    percent,
+    total_bands,
+)
+from cluster.telemetry.charts import NO_DATA_COLOUR, UTIL_SCALE
+from core.units import TICKS_PER_CARD_HOUR
+
+BUSY, IDLE, UNMEASURED, UNALLOCATED, DOWN = "busy", "idle", "unmeasured", "unallocated", "down"
+SERIES = (BUSY, IDLE, UNMEASURED, OTHER_TEAMS, UNALLOCATED, DOWN)
+COLOURS = {
+    BUSY: "#2e9e5b", IDLE: "#f0a202", UNMEASURED: NO_DATA_COLOUR, OTHER_TEAMS: "#8da0cb",
+    UNALLOCATED: "#eceef2", DOWN: "#b03a2e",
+}
+# The heatmap's one trace encodes what is not a utilization below 0 (its colour bar names them):
+CODES = {UNMEASURED: -25, DOWN: -15, UNALLOCATED: -5}
+Z_MIN, Z_MAX = -30, 100
+TIMELINE, HEATMAP, BANDS_CHART = "timeline", "heatmap", "bands"
+
+
+@dataclass(frozen=True)
+class BoardText:
+    """Every word the board's charts show; the view passes translated ones (English defaults for tests)."""
+
+    series: Mapping[str, str] = None  # series key → label
+    card_hours_axis: str = "Card-hours"
+    share_axis: str = "Share of allocated measured card-hours (%)"
+    utilization: str = "Utilization"
+    partial: str = "still filling"
+    no_data: str = "No usage computed for this day yet"
+    no_holder: str = "not held"
+    teams_in_band: str = "By team"
+
+    def label(self, key: str) -> str:
+        defaults = {BUSY: "Busy", IDLE: "Idle", UNMEASURED: "Unmeasured", OTHER_TEAMS: "Other teams",
+                    UNALLOCATED: "Unallocated", DOWN: "Down"}
+        return (self.series or {}).get(key, defaults[key])
+
+
+def wall_clock(moment: datetime, zone: tzinfo) -> str:
+    return moment.astimezone(zone).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def _hour_span(hour: datetime, day_end: datetime, zone: tzinfo) -> str:
+    end = min(hour.replace(minute=0, second=0, microsecond=0) + timedelta(hours=1), day_end)
+    return f"{hour.astimezone(zone):%H:%M}–{end.astimezone(zone):%H:%M}"
+
+
+def _layout(**extra) -> dict:
+    layout = {
+        "margin": {"l": 56, "r": 16, "t": 16, "b": 40}, "hovermode": "closest", "showlegend": True,
+        "legend": {"orientation": "h", "y": -0.18}, "shapes": [], "annotations": [],
+    }
+    layout.update(extra)
+    return layout
+
+
+def _note(layout: dict, text: str) -> dict:
+    layout["annotations"].append({"text": text, "xref": "paper", "yref": "paper", "x": 0.5, "y": 0.5,
+                                  "showarrow": False, "font": {"size": 14, "color": "#5d6677"}})
+    return layout
+
+
+def timeline_figure(df: pd.DataFrame, *, day_bounds: tuple[datetime, datetime], zone: tzinfo = UTC,
+                    text: BoardText = BoardText()) -> dict:
+    """Stacked bars of card-hours per hour and series (``df``: :func:`boards.hours.timeline`), adding up to
+    the capacity of each hour; an hour still filling is hatched and says so on hover."""
+    start, end = day_bounds
+    layout = _layout(barmode="stack", bargap=0.08,
+                     xaxis={"type": "date", "range": [wall_clock(start, zone), wall_clock(end, zone)], "tickformat": "%H:%M"},
+                     yaxis={"title": {"text": text.card_hours_axis}, "rangemode": "tozero"})
+    if df.empty:
+        return {"data": [], "layout": _note(layout, text.no_data)}
+    hours = list(df["hour"])
+    widths = [(min(h.replace(minute=0, second=0, microsecond=0) + timedelta(hours=1), end) - h).total_seconds() * 1000
+              for h in hours]
+    x = [wall_clock(h + timedelta(milliseconds=w / 2), zone) for h, w in zip(hours, widths, strict=True)]
+    partial = [bool(p) for p in df["partial"]]
+    data = []
+    for key in SERIES:
+        values = [round(int(v) / TICKS_PER_CARD_HOUR, 4) for v in df[key]]
+        if key == OTHER_TEAMS and not any(values):
+            continue
+        hover = [f"{_hour_span(h, end, zone)} · {text.label(key)} {v:.2f}" + (f" ({text.partial})" if p else "")
+                 for h, v, p in zip(hours, values, partial, strict=True)]
+        data.append({
+            "type": "bar", "name": text.label(key), "x": x, "y": values, "width": [w * 0.92 for w in widths],
+            "marker": {"color": COLOURS[key], "line": {"width": 0},
+                       "pattern": {"shape": ["/" if p else "" for p in partial], "fgcolor": "#5d6677", "size": 6}},
+            "hovertext": hover, "hovertemplate": "%{hovertext}<extra></extra>", "meta": {"role": TIMELINE, "series": key},
+        })
+    return {"data": data, "layout": layout}
+
+
+def heatmap_figure(df: pd.DataFrame, *, day_bounds: tuple[datetime, datetime], zone: tzinfo = UTC,
+                   text: BoardText = BoardText()) -> dict:
+    """One heatmap trace, a row per GPU (grouped by node, in ``df``'s order) and a column per hour
+    (``df``: :func:`boards.hours.day_hours`). A cell is the hour's mean utilization where the GPU was mostly
+    allocated and measured; else unmeasured, unallocated or down, each its own colour below the
+    utilization scale (:data:`CODES`), so an unmeasured hour never reads as 0 %."""
+    start, end = day_bounds
+    if df.empty:
+        layout = _layout(xaxis={"type": "date"}, yaxis={})
+        return {"data": [], "layout": _note(layout, text.no_data)}
+    hours = sorted(set(df["hour"]))
+    labels = list(dict.fromkeys(df["label"]))
+    row_of = {label: n for n, label in enumerate(labels)}
+    col_of = {hour: n for n, hour in enumerate(hours)}
+    z = [[None] * len(hours) for _ in labels]
+    hover = [[""] * len(hours) for _ in labels]
+    for row in df.itertuples(index=False):
+        has_util = row.util is not None and not pd.isna(row.util)
+        kind = cell_kind({key: getattr(row, key) for key in SERIES}, has_util=has_util)
+        r, c = row_of[row.label], col_of[row.hour]
+        z[r][c] = round(float(row.util), 1) if kind == MEASURED else CODES[kind]
+        what = f"{text.utilization} {row.util:.1f} %" if kind == MEASURED else text.label(kind)
+        held = ", ".join(row.teams) or text.no_holder
+        jobs = "<br>".join(escape(h, quote=False) for h in row.holders[:3])
+        hover[r][c] = (f"<b>{escape(row.label, quote=False)}</b> {_hour_span(row.hour, end, zone)}<br>{what}"
+                       f"<br>{escape(held, quote=False)}" + (f"<br>{jobs}" if jobs else "")
+                       + (f" ({text.partial})" if row.partial else ""))
+    scale = _scale()
+    trace = {
+        "type": "heatmap", "x": [wall_clock(h + timedelta(minutes=30), zone) for h in hours],
+        "y": [escape(label, quote=False) for label in labels], "z": z, "text": hover,
+        "hovertemplate": "%{text}<extra></extra>", "zmin": Z_MIN, "zmax": Z_MAX, "colorscale": scale, "xgap": 1,
+        "ygap": 1 if len(labels) <= 120 else 0,
+        "colorbar": {"thickness": 12, "tickvals": [CODES[UNMEASURED], CODES[DOWN], CODES[UNALLOCATED], 0, 25, 50, 75, 100],
+                     "ticktext": [text.label(UNMEASURED), text.label(DOWN), text.label(UNALLOCATED),
+                                  "0 %", "25 %", "50 %", "75 %", "100 %"]},
+        "meta": {"role": HEATMAP},
+    }
+    row_px = 18 if len(labels) <= 48 else max(4, 900 // len(labels))
+    layout = _layout(
+        showlegend=False, height=max(240, 90 + row_px * len(labels)),
+        xaxis={"type": "date", "range": [wall_clock(start, zone), wall_clock(end, zone)], "tickformat": "%H:%M",
+               "showgrid": False},
+        yaxis={"type": "category", "autorange": "reversed", "fixedrange": True, "showgrid": False,
+               "showticklabels": len(labels) <= 120},
+        plot_bgcolor=NO_DATA_COLOUR,
+        margin={"l": 16 + 7 * max(len(label) for label in labels) if len(labels) <= 120 else 24, "r": 16, "t": 16, "b": 40},
+    )
+    nodes = list(df.drop_duplicates("label")["node"])
+    for n in range(1, len(nodes)):
+        if nodes[n] != nodes[n - 1]:  # a line between two nodes' rows
+            layout["shapes"].append({"type": "line", "xref": "paper", "x0": 0, "x1": 1, "yref": "y", "y0": n - 0.5,
+                                     "y1": n - 0.5, "line": {"color": "#ffffff", "width": 2}})
+    return {"data": [trace], "layout": layout}
+
+
+def _scale() -> list:
+    """The colour scale over [Z_MIN, Z_MAX]: three flat bands for the codes, then the utilization scale."""
+    span = Z_MAX - Z_MIN
+
+    def at(z: float) -> float:
+        return (z - Z_MIN) / span
+
+    scale = []
+    for kind, (lo, hi) in ((UNMEASURED, (-30, -20)), (DOWN, (-20, -10)), (UNALLOCATED, (-10, 0))):
+        scale += [[at(lo), COLOURS[kind] if kind != UNALLOCATED else "#ffffff"],
+                  [at(hi), COLOURS[kind] if kind != UNALLOCATED else "#ffffff"]]
+    scale += [[at(100 * position), colour] for position, colour in UTIL_SCALE]
+    scale[len(CODES) * 2][0] += 1e-9  # plotly needs increasing stops: the scale starts just after the last band
+    return scale
+
+
+def bands_figure(per_team: Mapping[int | None, Sequence[int]], *, team_names: Mapping[int | None, str],
+                 text: BoardText = BoardText()) -> dict:
+    """The share of allocated measured card-hours in each utilization band (pooled by GPU-hours), one bar a
+    band; the hover lists each team's share of its own hours in that band."""
+    layout = _layout(showlegend=False, xaxis={"title": {"text": text.share_axis}, "range": [0, 100]},
+                     yaxis={"type": "category", "autorange": "reversed"}, margin={"l": 80, "r": 16, "t": 16, "b": 48})
+    total = total_bands(per_team)
+    if not any(total):
+        return {"data": [], "layout": _note(layout, text.no_data)}
+    shares = [float(percent(s) or 0) for s in band_shares(total)]
+    team_shares = {team: band_shares(ticks) for team, ticks in per_team.items()}
+    hover = []
+    for position, band in enumerate(BANDS):
+        lines = [f"{escape(team_names.get(team) or '—', quote=False)}: {percent(shares_of[position]) or 0} %"
+                 for team, shares_of in sorted(team_shares.items(), key=lambda item: team_names.get(item[0]) or "")]
+        hover.append(f"<b>{band_label(band)}</b> {shares[position]:.1f} %<br>{text.teams_in_band}:<br>" + "<br>".join(lines))
+    trace = {
+        "type": "bar", "orientation": "h", "y": [band_label(b) for b in BANDS], "x": shares,
+        "marker": {"color": [UTIL_SCALE[min(n, len(UTIL_SCALE) - 1)][1] for n in range(len(BANDS))],
+                   "line": {"color": "#5d6677", "width": 1}},
+        "hovertext": hover, "hovertemplate": "%{hovertext}<extra></extra>", "meta": {"role": BANDS_CHART},
+        "text": [f"{s:.1f} %" for s in shares], "textposition": "auto",
+    }
+    return {"data": [trace], "layout": layout}
+
+
+def kind_of_cell(row) -> str:
+    """The kind of one heatmap row (for tests and the API)."""
+    has_util = row["util"] is not None and not pd.isna(row["util"])
+    return cell_kind({key: row[key] for key in SERIES}, has_util=has_util)

@@ -1,0 +1,165 @@
+"""The daily board as one object (issue 14), and its JSON: the page, its live refresh and
+``GET /api/v1/boards/daily/`` all read :func:`daily_board` and the API and live refresh write
+:func:`board_json`, so a figure is the same wherever it is shown (one number, one source)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from decimal import Decimal
+
+import pandas as pd
+
+from boards.figures import Headline, headline
+from boards.health import NodeHealth, node_health
+from boards.hours import SERIES, computed_to, day_hours, timeline, utilization_bands
+from boards.maths import BANDS, band_label, band_shares, cell_kind, percent, total_bands
+from boards.movers import AlwaysFull, LongIdle, always_full, long_idle
+from boards.ranking import IdleRow, idle_ranking
+from boards.scope import BoardScope
+from core.units import TICKS_PER_CARD_HOUR
+from teams.models import Team
+
+PARTS = ("headline", "hours", "ranking", "movers", "bands", "health")
+LIVE_PARTS = ("headline", "hours", "health")
+
+
+@dataclass
+class DailyBoard:
+    scope: BoardScope
+    computed_to: datetime
+    headline: Headline | None = None
+    hours: pd.DataFrame | None = None
+    timeline: pd.DataFrame | None = None
+    ranking: list[IdleRow] | None = None
+    long_idle: list[LongIdle] | None = None
+    always_full: list[AlwaysFull] | None = None
+    bands: dict | None = None
+    team_names: dict = field(default_factory=dict)
+    health: list[NodeHealth] | None = None
+
+
+def daily_board(scope: BoardScope, *, user, parts: tuple[str, ...] = PARTS) -> DailyBoard:
+    """The board of ``scope`` as ``user`` may see it, with the ``parts`` asked for."""
+    board = DailyBoard(scope=scope, computed_to=computed_to(scope))
+    if "headline" in parts:
+        board.headline = headline(scope, user=user)
+    if "hours" in parts:
+        board.hours = day_hours(scope, user=user)
+        board.timeline = timeline(board.hours, scope)
+    if "ranking" in parts:
+        board.ranking = idle_ranking(scope, user=user)
+    if "movers" in parts:
+        board.long_idle = long_idle(scope, user=user)
+        board.always_full = always_full(scope, user=user)
+    if "bands" in parts:
+        board.bands = utilization_bands(scope)
+        ids = [t for t in board.bands if t is not None]
+        board.team_names = dict(Team.objects.filter(pk__in=ids).values_list("pk", "name"))
+    if "health" in parts:
+        board.health = node_health(scope)
+    return board
+
+
+# ---- JSON --------------------------------------------------------------------------------------------------
+
+def _num(value):
+    if value is None:
+        return None
+    if isinstance(value, Decimal):
+        return str(value)
+    return value
+
+
+def _time(value: datetime | None) -> str | None:
+    return value.isoformat().replace("+00:00", "Z") if value is not None else None
+
+
+def _ch(ticks) -> str:
+    return str((Decimal(int(ticks)) / TICKS_PER_CARD_HOUR).quantize(Decimal("0.0001")))
+
+
+def board_json(board: DailyBoard) -> dict:
+    """The board's figures as JSON-ready data: card-hours and money as decimal strings, percentages as
+    decimal strings with one place, times RFC 3339 in UTC; a part not computed is absent."""
+    scope = board.scope
+    out: dict = {"date": scope.day.isoformat(), "live": scope.live, "computed_to": _time(board.computed_to)}
+    if board.headline is not None:
+        head = board.headline
+        out["currency"] = head.currency
+        out["tiles"] = {
+            tile.key: {"value": _num(tile.value), "mean_previous_7_days": _num(tile.change.mean),
+                       "change": _num(tile.change.delta)} | ({"card_hours": _num(tile.card_hours)} if tile.card_hours is not None else {})
+            for tile in head.tiles if not (tile.kind == "money" and not head.sees_costs)
+        }
+        out["unplaced_card_hours"] = _num(head.unplaced_card_hours)
+        out["teams"] = [_team_json(row) for row in head.teams]
+    if board.timeline is not None:
+        out["timeline"] = [
+            {"hour": _time(row.hour), **{s: _ch(getattr(row, s)) for s in SERIES}, "capacity": _ch(row.capacity),
+             "partial": bool(row.partial)}
+            for row in board.timeline.itertuples(index=False)
+        ]
+        out["heatmap"] = [
+            {"gpu": row.label, "hour": _time(row.hour), "kind": cell_kind({s: getattr(row, s) for s in SERIES},
+                                                                            has_util=row.util is not None and not pd.isna(row.util)),
+             "util_pct": None if row.util is None or pd.isna(row.util) else round(float(row.util), 1),
+             "teams": list(row.teams), "holders": list(row.holders)}
+            for row in board.hours.itertuples(index=False)
+        ]
+    if board.ranking is not None:
+        out["idle_allocations"] = [_idle_json(row) for row in board.ranking]
+    if board.long_idle is not None:
+        out["long_idle"] = _long_idle_json(board)
+        out["always_full"] = _always_full_json(board)
+    if board.bands is not None:
+        total = total_bands(board.bands)
+        out["utilization_bands"] = [
+            {"band": band_label(band), "share_pct": _num(percent(share)), "card_hours": _ch(ticks)}
+            for band, share, ticks in zip(BANDS, band_shares(total), total, strict=True)
+        ]
+    if board.health is not None:
+        out["nodes"] = [
+            {"node": row.hostname, "pool": row.pool, "status": row.status, "lag_s": row.lag_s,
+             "data_complete_to": _time(row.data_complete_to), "xid_alerts": row.xid_alerts,
+             "ecc_alerts": row.ecc_alerts, "gpus_missing": row.gpus_missing, "problem": row.problem}
+            for row in board.health
+        ]
+    return out
+
+
+def _long_idle_json(board: DailyBoard) -> list[dict]:
+    return [
+        {"gpu": row.label, "gpu_model": row.model, "since": row.since.isoformat(), "days": row.days,
+         "at_least": row.at_least, "teams": row.holders.teams, "holders": [label for _k, _i, label in row.holders.labels]}
+        for row in board.long_idle
+    ]
+
+
+def _always_full_json(board: DailyBoard) -> list[dict]:
+    return [
+        {"gpu": row.label, "gpu_model": row.model, "measured_minutes": row.measured_minutes,
+         "min_util_pct": round(row.min_util, 1), "teams": row.holders.teams,
+         "holders": [label for _k, _i, label in row.holders.labels]}
+        for row in board.always_full
+    ]
+
+
+def _team_json(row) -> dict:
+    quota = row.quota
+    return {
+        "team": row.name or None, "card_hours_allocated": _num(row.allocated), "card_hours_busy": _num(row.busy),
+        "card_hours_idle": _num(row.idle), "card_hours_unmeasured": _num(row.unmeasured),
+        "efficiency_pct": _num(row.efficiency), "idle_cost": _num(row.idle_cost), "usage_cost": _num(row.cost),
+        "quota_used_pct": _num(quota.used_percent) if quota else None,
+        "quota_run_out": quota.forecast.run_out.isoformat() if quota and quota.forecast.run_out else None,
+    }
+
+
+def _idle_json(row: IdleRow) -> dict:
+    return {
+        "kind": row.kind, "id": row.object_id, "label": row.label or None, "team": row.team or None,
+        "project": row.project or None, "user": row.user or None, "gpus": _num(row.gpus), "allocations": row.holders,
+        "card_hours_idle": _num(row.idle_card_hours), "card_hours_allocated": _num(row.allocated_card_hours),
+        "idle_share_pct": _num(row.idle_share), "idle_cost": _num(row.idle_cost), "unplaced": row.unplaced,
+    }

@@ -1,0 +1,150 @@
+"""The daily board's hours (issue 14): every GPU-hour of the day with its ticks per state and its mean
+utilization, read in one query from the hourly usage (``HourlyUsage``) joined to the hour rollups; from
+it the timeline (the sum per hour) and the heatmap (one row per GPU). The utilization bands pool the
+allocated measured ticks of every GPU-hour by its mean utilization, summed by PostgreSQL.
+
+Never raw samples: the hour rollup's ``util_mean`` is the mean of the hour's minutes weighted by the
+seconds they were measured (``cluster/telemetry/rollup_math.py``). An hour the aggregation has not
+reached yet (the rest of today, or a day still being recomputed) is marked ``partial``."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from datetime import UTC, datetime, timedelta
+
+import pandas as pd
+from django.db import connection
+from django.utils.translation import gettext
+
+from accounting.models import HourlyUsage, UsageAggregateState
+from accounting.usage.states import ALLOCATED_STATES, BUSY, DOWN, IDLE, UNALLOCATED, UNMEASURED
+from boards.maths import BANDS, OTHER_TEAMS
+from boards.scope import BoardScope
+from cluster.inventory.holders import holdings_between
+from cluster.models import Gpu, HourRollup, Node
+from core.units import TICKS_PER_CARD_HOUR
+from teams.models import Team
+
+SERIES = (BUSY, IDLE, UNMEASURED, OTHER_TEAMS, UNALLOCATED, DOWN)
+HOUR_COLUMNS = ["gpu_id", "node", "label", "hour", *SERIES, "util", "teams", "holders", "partial"]
+TIMELINE_COLUMNS = ["hour", *SERIES, "capacity", "partial"]
+
+_HOURS_SQL = """
+    SELECT h.gpu_id, n.hostname, g.index, h.hour,
+           {sums},
+           array_agg(DISTINCT h.team_id) FILTER (WHERE h.team_id IS NOT NULL AND h.state IN ('busy', 'idle', 'unmeasured')),
+           max(r.util_mean)
+    FROM {hourly} h
+    JOIN {gpu} g ON g.id = h.gpu_id
+    JOIN {node} n ON n.id = g.node_id
+    LEFT JOIN {rollup} r ON r.gpu_id = h.gpu_id AND r.bucket = date_trunc('hour', h.hour) AND r.util_covered_s > 0
+    WHERE h.day = %(day)s AND {scope}
+    GROUP BY h.gpu_id, n.hostname, g.index, h.hour
+    ORDER BY n.hostname, g.index, h.gpu_id, h.hour
+"""
+
+_BANDS_SQL = """
+    SELECT h.team_id, CASE {cases} END AS band, sum(h.ticks)
+    FROM {hourly} h
+    JOIN {gpu} g ON g.id = h.gpu_id
+    JOIN {node} n ON n.id = g.node_id
+    JOIN {rollup} r ON r.gpu_id = h.gpu_id AND r.bucket = date_trunc('hour', h.hour) AND r.util_covered_s > 0
+    WHERE h.day = %(day)s AND h.state IN ('busy', 'idle') AND {scope} {team}
+    GROUP BY 1, 2
+"""
+
+
+def _tables() -> dict:
+    return {"hourly": HourlyUsage._meta.db_table, "gpu": Gpu._meta.db_table, "node": Node._meta.db_table,
+            "rollup": HourRollup._meta.db_table}
+
+
+def _sums(team_id: int | None) -> str:
+    mine = "TRUE" if team_id is None else "coalesce(h.team_id = %(team)s, FALSE)"
+    parts = [f"coalesce(sum(h.ticks) FILTER (WHERE h.state = '{state}' AND {mine}), 0)" for state in ALLOCATED_STATES]
+    parts.append(f"coalesce(sum(h.ticks) FILTER (WHERE h.state IN ('busy', 'idle', 'unmeasured') AND NOT {mine}), 0)")
+    parts += [f"coalesce(sum(h.ticks) FILTER (WHERE h.state = '{state}'), 0)" for state in (UNALLOCATED, DOWN)]
+    return ",\n           ".join(parts)
+
+
+def computed_to(scope: BoardScope) -> datetime:
+    """Up to where the day's hourly usage is computed: the last aggregation's now (and never past now)."""
+    aggregated = UsageAggregateState.objects.filter(id=1).values_list("aggregated_to", flat=True).first()
+    return min(aggregated or scope.bounds[0], scope.now)
+
+
+def day_hours(scope: BoardScope, *, user) -> pd.DataFrame:
+    """One row per GPU-hour of the day in scope (:data:`HOUR_COLUMNS`; ticks per series, ``util`` the hour's
+    mean utilization or None, ``teams`` the names of the teams holding it, ``holders`` what the viewer may
+    see of the jobs and bookings in the hour). Under a team filter, busy, idle and unmeasured are the
+    team's and the other teams' allocated ticks are ``other_teams``. Four or five queries."""
+    where, params = scope.gpu_sql("g", "n")
+    params.update(day=scope.day, team=scope.team_id)
+    sql = _HOURS_SQL.format(sums=_sums(scope.team_id), scope=where, **_tables())
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        rows = cursor.fetchall()
+    if not rows:
+        return pd.DataFrame(columns=HOUR_COLUMNS)
+    team_ids = {t for row in rows for t in (row[10] or ())}
+    names = dict(Team.objects.filter(pk__in=team_ids).values_list("pk", "name"))
+    start, end = scope.bounds
+    spans = holdings_between(user, sorted({row[0] for row in rows}), start=start, end=end, now=scope.now)
+    done = computed_to(scope)
+    records = []
+    for gpu_id, hostname, index, hour, busy, idle, unmeasured, other, unallocated, down, teams, util in rows:
+        hour_end = min(hour.replace(minute=0, second=0, microsecond=0) + timedelta(hours=1), end)
+        holders = [s.holding.label for s in spans.get(gpu_id, ()) if s.holding.visible and s.start < hour_end and s.end > hour]
+        records.append({
+            "gpu_id": gpu_id, "node": hostname, "label": f"{hostname}/{index}", "hour": hour.astimezone(UTC),
+            BUSY: busy, IDLE: idle, UNMEASURED: unmeasured, OTHER_TEAMS: other, UNALLOCATED: unallocated, DOWN: down,
+            "util": util, "teams": sorted(names.get(t, "") for t in (teams or ())),
+            "holders": list(dict.fromkeys(holders)), "partial": hour_end > done,
+        })
+    return pd.DataFrame(records, columns=HOUR_COLUMNS)
+
+
+def day_hour_starts(scope: BoardScope) -> list[datetime]:
+    """The starts of the day's hour buckets up to now: the day's start, then each UTC hour after it."""
+    start, end = scope.bounds
+    hours, moment = [start], start.replace(minute=0, second=0, microsecond=0) + timedelta(hours=1)
+    while moment < min(end, scope.now):
+        hours.append(moment)
+        moment += timedelta(hours=1)
+    return [h.astimezone(UTC) for h in hours if h < scope.now]
+
+
+def timeline(hours: pd.DataFrame, scope: BoardScope) -> pd.DataFrame:
+    """Ticks per series and hour (:data:`TIMELINE_COLUMNS`); ``capacity`` is their sum, so every bucket adds
+    up to it; an hour with no row (none yet) is left out, and ``partial`` marks an hour still filling."""
+    if hours.empty:
+        return pd.DataFrame(columns=TIMELINE_COLUMNS)
+    grouped = hours.groupby("hour", sort=True).agg({**{s: "sum" for s in SERIES}, "partial": "max"}).reset_index()
+    grouped["capacity"] = grouped[list(SERIES)].sum(axis=1)
+    return grouped[TIMELINE_COLUMNS]
+
+
+def utilization_bands(scope: BoardScope) -> dict[int | None, list[int]]:
+    """Team id → busy + idle ticks per band of :data:`boards.maths.BANDS`, pooled by GPU-hours (each
+    GPU-hour's ticks in the band of its mean utilization). One query."""
+    cases = " ".join(f"WHEN r.util_mean < {hi} THEN {n}" for n, (_lo, hi) in enumerate(BANDS[:-1]))
+    cases += f" ELSE {len(BANDS) - 1}"
+    where, params = scope.gpu_sql("g", "n")
+    params.update(day=scope.day, team=scope.team_id)
+    team = "" if scope.team_id is None else "AND h.team_id = %(team)s"
+    sql = _BANDS_SQL.format(cases=cases, scope=where, team=team, **_tables())
+    out: dict[int | None, list[int]] = defaultdict(lambda: [0] * len(BANDS))
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        for team_id, band, ticks in cursor.fetchall():
+            out[team_id][band] += int(ticks)
+    return dict(out)
+
+
+def card_hours(ticks: int) -> float:
+    """Ticks as card-hours for a chart axis (a float: the charts draw, the tables count)."""
+    return ticks / TICKS_PER_CARD_HOUR
+
+
+def team_label(team_id: int | None, names: dict) -> str:
+    return names.get(team_id) or gettext("No team")

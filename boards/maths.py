@@ -1,0 +1,201 @@
+"""The daily board's arithmetic with no ORM (issue 14): headline figures from ticks per state, their
+change against the previous days, the hourly timeline's buckets, the heatmap's cell kinds, long-idle
+runs of days and the utilization bands. Usage stays in integer ticks until the figure is shown
+(DESIGN.md §4); ratios are ``Fraction``s until they are rounded for display."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import date, timedelta
+from decimal import Decimal
+from fractions import Fraction
+
+from accounting.usage.figures import apportion
+from accounting.usage.states import ALLOCATED_STATES, BUSY, DOWN, IDLE, STATES, UNALLOCATED, UNMEASURED
+
+# ---- headline tiles ------------------------------------------------------------------------------------------
+
+# Allocated ticks of other teams than the one a board is filtered to: part of capacity, in none of its states.
+OTHER_TEAMS = "other_teams"
+TILE_KEYS = (
+    "capacity_gpus", "capacity_card_hours", "allocation_rate", "efficiency", "idle_card_hours", "idle_cost",
+    "unmeasured_card_hours", "unallocated_card_hours", "down_card_hours",
+)
+
+
+def percent(value: Fraction | None) -> Decimal | None:
+    """A ratio as a percentage with one decimal, half up; None stays None."""
+    if value is None:
+        return None
+    scaled = value * 1000
+    return Decimal(int(scaled + Fraction(1, 2)) if scaled >= 0 else -int(-scaled + Fraction(1, 2))).scaleb(-1)
+
+
+def allocation_rate(ticks: Mapping[str, int]) -> Fraction | None:
+    """Allocated ÷ (capacity − down) (DESIGN.md §4), where capacity is every tick given (other teams' too,
+under a team filter); None when every tick was down or there is none."""
+    allocated = sum(ticks.get(state, 0) for state in ALLOCATED_STATES)
+    available = sum(ticks.values()) - ticks.get(DOWN, 0)
+    return Fraction(allocated, available) if available > 0 else None
+
+
+def efficiency(ticks: Mapping[str, int]) -> Fraction | None:
+    """Busy ÷ allocated; None when nothing was allocated."""
+    allocated = sum(ticks.get(state, 0) for state in ALLOCATED_STATES)
+    return Fraction(ticks.get(BUSY, 0), allocated) if allocated > 0 else None
+
+
+def card_hours_by_state(ticks: Mapping[str, int]) -> dict[str, Decimal]:
+    """Each state's card-hours (4 places, :data:`OTHER_TEAMS` too when present), adding up exactly to the
+    rounded capacity."""
+    parts = {state: ticks.get(state, 0) for state in STATES}
+    if ticks.get(OTHER_TEAMS):
+        parts[OTHER_TEAMS] = ticks[OTHER_TEAMS]
+    return apportion(parts)
+
+
+@dataclass(frozen=True)
+class Change:
+    """A figure against the mean of the days before it: ``mean`` None when no earlier day has the figure."""
+
+    mean: Decimal | None
+    delta: Decimal | None
+
+    @property
+    def direction(self) -> str:
+        if self.delta is None or self.delta == 0:
+            return "flat"
+        return "up" if self.delta > 0 else "down"
+
+
+def change_against(value: Decimal | None, earlier: Iterable[Decimal | None]) -> Change:
+    """``value`` against the mean of the ``earlier`` values that exist (the days with data), both to the
+    places of ``value``; no change when either side is missing."""
+    values = [v for v in earlier if v is not None]
+    if value is None or not values:
+        return Change(mean=None, delta=None)
+    exponent = value.as_tuple().exponent if isinstance(value.as_tuple().exponent, int) else -2
+    mean = (sum(values, Decimal(0)) / len(values)).quantize(Decimal(1).scaleb(exponent))
+    return Change(mean=mean, delta=value - mean)
+
+
+# ---- timeline ------------------------------------------------------------------------------------------------
+
+TIMELINE_STATES = (BUSY, IDLE, UNMEASURED, UNALLOCATED, DOWN)
+
+
+def timeline_state(state: str, team_id: int | None, team_filter: int | None) -> str:
+    """The series a row of hourly usage goes in: its state, or :data:`OTHER_TEAMS` for allocated ticks of
+    another team than the one the board is filtered to (so every bucket still adds up to capacity)."""
+    if team_filter is not None and state in ALLOCATED_STATES and team_id != team_filter:
+        return OTHER_TEAMS
+    return state
+
+
+# ---- heatmap cells -------------------------------------------------------------------------------------------
+
+MEASURED = "measured"
+CELL_KINDS = (MEASURED, UNMEASURED, UNALLOCATED, DOWN)
+
+
+def cell_kind(ticks: Mapping[str, int], *, has_util: bool) -> str:
+    """What a GPU-hour cell shows: its mean utilization (``measured``) when busy and idle ticks are the
+    largest part of the hour and a utilization was recorded; else the largest of unmeasured, unallocated
+    and down (ties in that order: unmeasured is never painted as a utilization of 0 %)."""
+    parts = {
+        MEASURED: ticks.get(BUSY, 0) + ticks.get(IDLE, 0),
+        UNMEASURED: ticks.get(UNMEASURED, 0),
+        UNALLOCATED: ticks.get(UNALLOCATED, 0),
+        DOWN: ticks.get(DOWN, 0),
+    }
+    if not has_util:
+        parts[UNMEASURED] += parts.pop(MEASURED)
+    best = max(parts.values())
+    if parts.get(MEASURED, -1) == best and best > 0:
+        return MEASURED
+    for kind in (UNMEASURED, UNALLOCATED, DOWN):
+        if parts[kind] == best:
+            return kind
+    return UNMEASURED  # pragma: no cover (the loop always returns)
+
+
+# ---- long idle -----------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class DayOfGpu:
+    """One GPU's business day, in ticks: busy, idle + unallocated (measured, not working) and the rest."""
+
+    busy: int
+    resting: int
+    other: int
+
+
+def rests(day: DayOfGpu) -> bool:
+    """A day counts towards "long idle" when the GPU did no work (no busy tick) and was measured idle or
+    sat unallocated for at least half of it: a day mostly down or unmeasured says nothing."""
+    total = day.busy + day.resting + day.other
+    return day.busy == 0 and total > 0 and 2 * day.resting >= total
+
+
+def idle_since(days: Mapping[date, DayOfGpu], *, last: date) -> date | None:
+    """The first day of the unbroken run of resting days ending on ``last`` (a day with no row breaks it),
+    or None when ``last`` itself is not a resting day."""
+    since = None
+    day = last
+    while day in days and rests(days[day]):
+        since = day
+        day -= timedelta(days=1)
+    return since
+
+
+def run_length(since: date, last: date) -> int:
+    return (last - since).days + 1
+
+
+# ---- utilization bands ---------------------------------------------------------------------------------------
+
+BANDS = ((0, 5), (5, 25), (25, 50), (50, 75), (75, 100))
+
+
+def band_label(band: tuple[int, int]) -> str:
+    return f"{band[0]}–{band[1]} %"
+
+
+def band_of(util_pct: float) -> int:
+    """The index of the band holding ``util_pct`` (a band includes its lower edge; 100 % is in the last)."""
+    for position, (_lo, hi) in enumerate(BANDS):
+        if util_pct < hi:
+            return position
+    return len(BANDS) - 1
+
+
+def band_ticks(rows: Iterable[tuple[int | None, float, int]]) -> dict[int | None, list[int]]:
+    """Allocated measured ticks per team and band, from (team id, the GPU-hour's mean utilization, the
+    team's busy + idle ticks in that GPU-hour): pooled by GPU-hours, not averaged per job."""
+    out: dict[int | None, list[int]] = {}
+    for team_id, util, ticks in rows:
+        if ticks > 0 and util is not None:
+            out.setdefault(team_id, [0] * len(BANDS))[band_of(util)] += ticks
+    return out
+
+
+def band_shares(ticks: Sequence[int]) -> list[Fraction | None]:
+    total = sum(ticks)
+    return [Fraction(part, total) if total else None for part in ticks]
+
+
+def total_bands(per_team: Mapping[int | None, Sequence[int]]) -> list[int]:
+    totals = [0] * len(BANDS)
+    for ticks in per_team.values():
+        for position, part in enumerate(ticks):
+            totals[position] += part
+    return totals
+
+
+def counter_sum(counters: Iterable[Mapping[str, int]]) -> Counter:
+    out: Counter = Counter()
+    for counter in counters:
+        out.update(counter)
+    return out

@@ -1,0 +1,151 @@
+"""Move-the-load lists of the daily board (issue 14): GPUs that rested (idle or unallocated) for days in
+a row, and GPUs at or above :setting:`CARDHOUR_ALWAYS_FULL_PCT` in every measured minute of the day.
+
+**Long idle** reads the daily aggregates: the GPUs resting on the day itself first (one GROUP BY over the
+day), then only those GPUs' days back to :data:`LOOKBACK_DAYS` (a second one); a run is counted in whole
+business days by :func:`boards.maths.idle_since`, so it crosses month boundaries like any other day. A
+run that reaches the lookback says "at least".
+
+**Always full** is the duty cycle (a kernel was running), not saturation. Candidates are the GPUs whose
+every measured hour rollup has a mean at or over the threshold (necessary for every minute to be); only
+their minute rollups of the day are then read to check each measured minute."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+from datetime import date, timedelta
+
+from django.conf import settings
+from django.db.models import Count, Max, Min, Q, Sum
+
+from accounting.models import DailyHolderUsage, DailyUsage
+from accounting.usage.states import BUSY, IDLE, UNALLOCATED
+from boards.maths import DayOfGpu, idle_since, run_length
+from boards.scope import BoardScope
+from cluster.models import Gpu, HourRollup, MinuteRollup
+from teams.selectors import visible_team_ids
+
+LOOKBACK_DAYS = 92
+
+
+@dataclass(frozen=True)
+class GpuHolders:
+    """Who held a GPU on the day: team names (every viewer), and the jobs and bookings the viewer may see."""
+
+    teams: list[str]
+    labels: list[tuple[str, int, str]]  # (kind, id, label)
+
+
+@dataclass(frozen=True)
+class LongIdle:
+    gpu_id: int
+    label: str
+    model: str
+    since: date
+    days: int
+    at_least: bool
+    holders: GpuHolders
+
+
+@dataclass(frozen=True)
+class AlwaysFull:
+    gpu_id: int
+    label: str
+    model: str
+    measured_minutes: int
+    min_util: float
+    holders: GpuHolders
+
+
+def _resting_sums():
+    return {
+        "busy": Sum("ticks", filter=Q(state=BUSY), default=0),
+        "resting": Sum("ticks", filter=Q(state__in=(IDLE, UNALLOCATED)), default=0),
+        "total": Sum("ticks"),
+    }
+
+
+def long_idle(scope: BoardScope, *, user, min_days: int | None = None) -> list[LongIdle]:
+    """GPUs in scope resting for at least ``min_days`` (:setting:`CARDHOUR_LONG_IDLE_DAYS`) days in a row
+    up to the day, longest first. Five queries at most."""
+    min_days = min_days or settings.CARDHOUR_LONG_IDLE_DAYS
+    today = (DailyUsage.objects.filter(scope.gpu_q(), day=scope.day).values_list("gpu_id")
+             .annotate(**_resting_sums()).order_by())
+    candidates = [gpu for gpu, busy, resting, total in today
+                  if busy == 0 and 2 * resting >= total and total > 0]
+    if not candidates:
+        return []
+    first = scope.day - timedelta(days=LOOKBACK_DAYS - 1)
+    history: dict[int, dict[date, DayOfGpu]] = defaultdict(dict)
+    rows = (DailyUsage.objects.filter(gpu_id__in=candidates, day__gte=first, day__lte=scope.day)
+            .values_list("gpu_id", "day").annotate(**_resting_sums()).order_by())
+    for gpu, day, busy, resting, total in rows:
+        history[gpu][day] = DayOfGpu(busy=busy, resting=resting, other=total - busy - resting)
+    runs = {}
+    for gpu in candidates:
+        since = idle_since(history[gpu], last=scope.day)
+        if since is not None and run_length(since, scope.day) >= min_days:
+            runs[gpu] = since
+    if not runs:
+        return []
+    info = _gpu_info(runs)
+    holders = holders_on(scope, user, list(runs))
+    out = [LongIdle(gpu_id=gpu, label=info[gpu][0], model=info[gpu][1], since=since,
+                    days=run_length(since, scope.day), at_least=since == first, holders=holders.get(gpu, GpuHolders([], [])))
+           for gpu, since in runs.items()]
+    out.sort(key=lambda row: (-row.days, row.label))
+    return out
+
+
+def always_full(scope: BoardScope, *, user, threshold: float | None = None) -> list[AlwaysFull]:
+    """GPUs in scope at or above ``threshold`` % (:setting:`CARDHOUR_ALWAYS_FULL_PCT`) in every measured
+    minute of the day (at least one). Four queries at most."""
+    threshold = settings.CARDHOUR_ALWAYS_FULL_PCT if threshold is None else threshold
+    start, end = scope.bounds
+    hours = (HourRollup.objects.filter(scope.gpu_q(), gpu__mig_parent__isnull=True, bucket__gte=start, bucket__lt=end,
+                                       util_covered_s__gt=0)
+             .values_list("gpu_id").annotate(low=Min("util_mean")).order_by())
+    candidates = [gpu for gpu, low in hours if low is not None and low >= threshold]
+    if not candidates:
+        return []
+    minutes = (MinuteRollup.objects.filter(gpu_id__in=candidates, bucket__gte=start, bucket__lt=end, util_covered_s__gt=0)
+               .values_list("gpu_id").annotate(low=Min("util_mean"), n=Count("bucket"), high=Max("util_mean")).order_by())
+    full = {gpu: (low, n) for gpu, low, n, _high in minutes if low is not None and low >= threshold and n > 0}
+    if not full:
+        return []
+    info = _gpu_info(full)
+    holders = holders_on(scope, user, list(full))
+    out = [AlwaysFull(gpu_id=gpu, label=info[gpu][0], model=info[gpu][1], measured_minutes=n, min_util=low,
+                      holders=holders.get(gpu, GpuHolders([], [])))
+           for gpu, (low, n) in full.items()]
+    out.sort(key=lambda row: (-row.measured_minutes, row.label))
+    return out
+
+
+def _gpu_info(gpu_ids) -> dict[int, tuple[str, str]]:
+    rows = Gpu.objects.filter(pk__in=list(gpu_ids)).values_list("pk", "node__hostname", "index", "model__short_name")
+    return {pk: (f"{host}/{index}", model) for pk, host, index, model in rows}
+
+
+def holders_on(scope: BoardScope, user, gpu_ids: list[int]) -> dict[int, GpuHolders]:
+    """Who held each of ``gpu_ids`` on the day, from the holders' daily usage (one query)."""
+    visible = visible_team_ids(user)
+    rows = (DailyHolderUsage.objects.filter(day=scope.day, gpu_id__in=gpu_ids)
+            .values_list("gpu_id", "team_id", "team__name", "job_id", "job__external_id", "job__name", "booking_id",
+                         "booking__note")
+            .distinct().order_by("gpu_id", "team__name", "job_id", "booking_id"))
+    teams: dict[int, list[str]] = defaultdict(list)
+    labels: dict[int, list] = defaultdict(list)
+    for gpu, team_id, team, job_id, external_id, name, booking_id, note in rows:
+        if team and team not in teams[gpu]:
+            teams[gpu].append(team)
+        if visible is None or team_id in visible:
+            if job_id:
+                label = f"{external_id} · {name}" if name and name != external_id else external_id
+                item = ("job", job_id, label)
+            else:
+                item = ("booking", booking_id, f"#{booking_id}" + (f" · {note}" if note else ""))
+            if item not in labels[gpu]:
+                labels[gpu].append(item)
+    return {gpu: GpuHolders(teams[gpu], labels[gpu]) for gpu in set(teams) | set(labels)}

@@ -1,0 +1,124 @@
+"""The daily board's pages (issue 14): the board at ``/``, its live JSON (today's board refreshes its
+tiles, timeline and node health every 60 s through it) and the whole idle ranking. Thin: the selectors
+of ``boards/daily.py`` read, ``boards/charts.py`` draws."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from django.conf import settings
+from django.contrib.auth.decorators import login_required
+from django.core.paginator import Paginator
+from django.http import JsonResponse
+from django.shortcuts import render
+from django.template.loader import render_to_string
+from django.utils import timezone
+from django.utils.translation import gettext
+
+from accounting.money.statements import sees_costs
+from boards.charts import BoardText, bands_figure, heatmap_figure, timeline_figure
+from boards.daily import LIVE_PARTS, daily_board
+from boards.filters import BoardFilterForm
+from boards.maths import OTHER_TEAMS
+from boards.ranking import TOP, idle_ranking
+from teams.models import Team
+
+LIVE_REFRESH_S = 60
+RANKING_PAGE = 50
+
+
+def board_text() -> BoardText:
+    return BoardText(
+        series={"busy": gettext("Busy"), "idle": gettext("Idle"), "unmeasured": gettext("Unmeasured"),
+                OTHER_TEAMS: gettext("Other teams"), "unallocated": gettext("Unallocated"), "down": gettext("Down")},
+        card_hours_axis=gettext("Card-hours"), share_axis=gettext("Share of allocated measured card-hours (%)"),
+        utilization=gettext("Utilization"), partial=gettext("still filling"),
+        no_data=gettext("No usage computed for this day yet"), no_holder=gettext("not held"),
+        teams_in_band=gettext("By team (share of its own hours)"),
+    )
+
+
+def _form(request) -> BoardFilterForm:
+    form = BoardFilterForm(request.GET or None, now=timezone.now())
+    if not form.is_bound or not form.is_valid():
+        # invalid parameters are shown and the board falls back to its default (yesterday, unfiltered)
+        fallback = BoardFilterForm({}, now=form.now)
+        fallback.is_valid()
+        fallback.shown_errors = form.errors if form.is_bound else {}
+        return fallback
+    form.shown_errors = {}
+    return form
+
+
+def _my_teams(user) -> list[Team]:
+    if not user.is_authenticated:
+        return []
+    return list(Team.objects.filter(memberships__user=user).distinct().order_by("name"))
+
+
+def _links(request, scope) -> dict:
+    """Query strings of the day before and after, keeping the filters."""
+    params = request.GET.copy()
+    params.pop("page", None)
+    out = {}
+    for name, day in (("previous", scope.day - timedelta(days=1)), ("next", scope.day + timedelta(days=1))):
+        params["date"] = day.isoformat()
+        out[name] = params.urlencode()
+    params.pop("date", None)
+    out["filters"] = params.urlencode()
+    return out
+
+
+@login_required
+def daily(request):
+    """The daily board: where the day's card-hours went, for every role (scoped by the selectors)."""
+    form = _form(request)
+    scope = form.scope()
+    board = daily_board(scope, user=request.user)
+    zone = timezone.get_current_timezone()
+    text = board_text()
+    figures = {
+        "timeline": timeline_figure(board.timeline, day_bounds=scope.bounds, zone=zone, text=text),
+        "heatmap": heatmap_figure(board.hours, day_bounds=scope.bounds, zone=zone, text=text),
+        "bands": bands_figure(board.bands, team_names=board.team_names, text=text),
+    }
+    my_teams = _my_teams(request.user)
+    return render(request, "boards/daily.html", {
+        "form": form, "scope": scope, "board": board, "figures": figures, "top": board.ranking[:TOP],
+        "more": max(0, len(board.ranking) - TOP), "links": _links(request, scope), "my_teams": my_teams,
+        "team_filter": form.cleaned_data.get("team"), "live_refresh_s": LIVE_REFRESH_S if scope.live else None,
+        "filtered": any(form.cleaned_data.get(k) for k in ("pool", "gpu_model", "node", "team")),
+        "sees_costs": board.headline.sees_costs, "settings_long_idle_days": settings.CARDHOUR_LONG_IDLE_DAYS,
+        "settings_always_full_pct": settings.CARDHOUR_ALWAYS_FULL_PCT,
+    })
+
+
+@login_required
+def daily_live(request):
+    """Today's tiles, timeline and node health in one JSON answer (the page swaps them in place)."""
+    form = _form(request)
+    if form.shown_errors:
+        return JsonResponse({"errors": form.shown_errors.get_json_data()}, status=400)
+    scope = form.scope()
+    board = daily_board(scope, user=request.user, parts=LIVE_PARTS)
+    zone = timezone.get_current_timezone()
+    context = {"board": board, "scope": scope}
+    return JsonResponse({
+        "computed_to": board.computed_to.isoformat(),
+        "tiles_html": render_to_string("boards/_tiles.html", context, request=request),
+        "health_html": render_to_string("boards/_health.html", context, request=request),
+        "timeline": timeline_figure(board.timeline, day_bounds=scope.bounds, zone=zone, text=board_text()),
+    })
+
+
+@login_required
+def idle_allocations(request):
+    """Every allocation of the day ranked by idle card-hours, 50 a page."""
+    form = _form(request)
+    scope = form.scope()
+    ranking = idle_ranking(scope, user=request.user)
+    page = Paginator(ranking, RANKING_PAGE).get_page(request.GET.get("page"))
+    return render(request, "boards/idle_allocations.html", {
+        "form": form, "scope": scope, "page": page, "rows": page.object_list, "start_rank": page.start_index(),
+        "links": _links(request, scope), "sees_costs": sees_costs(request.user),
+    })
