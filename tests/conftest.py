@@ -53,6 +53,7 @@ CLOCK_MODULES = frozenset({
     "browser/test_node_charts.py",
     "browser/test_team_page.py",
     "cluster/bookings/pages/test_calendar.py",
+    "cluster/bookings/pages/test_calendar_maintenance.py",
     "cluster/bookings/pages/test_form_and_mine.py",
     "cluster/bookings/test_concurrency.py",
     "cluster/bookings/test_slots.py",

@@ -186,9 +186,12 @@ def shape_calendar(
     zone: tzinfo,
 ) -> CalendarWeek:
     """Lanes (one per GPU, grouped by node or by model) with their blocks: holds classified for the viewer,
-    and down periods; a node whose status is maintenance or retired is down all week."""
+    and down periods; a node whose status is maintenance or retired is down all week. A node's maintenance
+    (its status) is drawn only where no maintenance window of the GPU draws it already: an admin who puts
+    a node in maintenance for its planned window would otherwise see that window twice."""
     team_ids = frozenset(viewer_team_ids)
     blocks: dict[int, list[Block]] = defaultdict(list)
+    planned: dict[int, list[tuple[datetime, datetime]]] = defaultdict(list)  # GPU → its maintenance windows
     known = {gpu.gpu_id for gpu in gpus}
     for hold in holds:
         placed = position(hold.start, hold.end, week_start, week_end)
@@ -196,22 +199,24 @@ def shape_calendar(
             continue
         kind, label, booking_id = _hold_block(hold, viewer_id=viewer_id, viewer_team_ids=team_ids)
         blocks[hold.gpu_id].append(Block(kind, label, *placed, hold.start, hold.end, booking_id))
-    node_downs: dict[int, list[Block]] = defaultdict(list)
+        if hold.kind == HoldKind.MAINTENANCE:
+            planned[hold.gpu_id].append((hold.start, hold.end))
+    node_downs: dict[int, list[tuple[str, datetime, datetime]]] = defaultdict(list)
     for down in downs:
         end = down.end if down.end is not None else max(now, down.start)
-        placed = position(down.start, end, week_start, week_end)
-        if placed is not None:
-            node_downs[down.node_id].append(
-                Block(BlockKind.DOWN, str(NodeStatus(down.status).label), *placed, down.start, end)
-            )
+        node_downs[down.node_id].append((down.status, down.start, end))
     lanes = []
     for gpu in gpus:
         bookable = gpu.node_status not in NodeStatus.set_by_admins()
-        if bookable:
-            down_blocks = node_downs.get(gpu.node_id, [])
-        else:  # taken out of service by an admin: down all week, whatever its past periods say
-            down_blocks = [Block(BlockKind.DOWN, str(NodeStatus(gpu.node_status).label), 0.0, 100.0, week_start,
-                                 week_end)]
+        # Taken out of service by an admin: down all week, whatever its past periods say.
+        periods = node_downs.get(gpu.node_id, []) if bookable else [(gpu.node_status, week_start, week_end)]
+        down_blocks = [
+            Block(BlockKind.DOWN, str(NodeStatus(status).label), *placed, lo, hi)
+            for status, start, end in periods
+            for lo, hi in (uncovered(start, end, planned[gpu.gpu_id]) if status == NodeStatus.MAINTENANCE
+                           else [(start, end)])
+            if (placed := position(lo, hi, week_start, week_end)) is not None
+        ]
         lane_blocks = sorted([*down_blocks, *blocks.get(gpu.gpu_id, [])], key=lambda b: (b.left_pct, b.kind))
         lanes.append(Lane(
             gpu.gpu_id, f"{gpu.hostname}/{gpu.index}", gpu.hostname, gpu.model, bookable, tuple(lane_blocks),
@@ -220,6 +225,20 @@ def shape_calendar(
         start=week_start, end=week_end, days=_days(week_start, week_end, zone),
         groups=_group(lanes, gpus, group), now_pct=_now_pct(now, week_start, week_end),
     )
+
+
+def uncovered(start: datetime, end: datetime, covers: Iterable[tuple[datetime, datetime]]) -> list[tuple[datetime, datetime]]:
+    """The parts of ``[start, end)`` that no ``[lo, hi)`` of ``covers`` overlaps, in order."""
+    pieces, at = [], start
+    for lo, hi in sorted(covers):
+        if lo >= end:
+            break
+        if lo > at:
+            pieces.append((at, lo))
+        at = max(at, hi)
+    if at < end:
+        pieces.append((at, end))
+    return pieces
 
 
 def _days(week_start: datetime, week_end: datetime, zone: tzinfo) -> tuple[DayColumn, ...]:

@@ -7,14 +7,17 @@ status history says so.
 The week is loaded once for the module (it takes seconds) in a transaction rolled back after it."""
 
 from datetime import UTC, datetime, timedelta
+from zoneinfo import ZoneInfo
 
 import pytest
 import time_machine
+from django.contrib.auth import get_user_model
 from django.db import connection, transaction
 from django.db.models import Q, Sum
 from django.test import override_settings
 
 from accounting.models import DailyUsage
+from cluster.bookings.calendar import GROUP_BY_NODE, BlockKind, calendar_for_week, week_bounds
 from cluster.choices import NodeStatus
 from cluster.models import Allocation, Gpu, Job, MaintenanceWindow, MinuteRollup, NodeStatusPeriod
 from core.timeutils import business_day_bounds, business_today
@@ -178,10 +181,26 @@ def test_nodes_in_maintenance_run_nothing_and_their_status_history_agrees_with_t
         gpus = Gpu.objects.filter(Q(node=window.node) | Q(mig_parent__node=window.node))
         assert not Allocation.objects.filter(gpu__in=gpus, start__lt=window.end, end__gt=window.start).exists()
         assert not MinuteRollup.objects.filter(gpu__in=gpus, bucket__gte=window.start, bucket__lt=window.end).exists()
-    # The calendar draws the node in maintenance down all week, from Monday: so does its history.
+    # The calendar shows the node in maintenance all week, from Monday: so does its history.
     node_periods = NodeStatusPeriod.objects.filter(node__hostname=MAINTENANCE_NODE).order_by("started_at")
     current = node_periods.last()
     assert (current.status, current.ended_at) == (NodeStatus.MAINTENANCE, None)
     assert current.started_at == week_start(NOW) == MaintenanceWindow.objects.get(node__hostname=MAINTENANCE_NODE).start
     assert set(node_periods.exclude(pk=current.pk).values_list("status", flat=True)) <= {NodeStatus.UP}
     assert Allocation.objects.filter(gpu__node__hostname=MAINTENANCE_NODE, end__lte=current.started_at).exists()
+
+
+def test_the_calendar_draws_each_maintenance_window_once(week):
+    """A window is a maintenance hold and, in the history, a maintenance status period: one block, not two."""
+    zone = ZoneInfo(ZONE)
+    monday, sunday_night = week_bounds(NOW.astimezone(zone).date(), zone)
+    calendar = calendar_for_week(get_user_model().objects.get(username="admin"), week_start=monday,
+                                 week_end=sunday_night, group=GROUP_BY_NODE, now=NOW, zone=zone)
+    lanes = {lane.name: lane for group in calendar.groups for lane in group.lanes}
+    windows = MaintenanceWindow.objects.filter(start__lt=sunday_night, end__gt=monday).select_related("node")
+    assert {w.node.hostname for w in windows} == {MAINTENANCE_NODE, "gpu-h200-04"}
+    for window in windows:
+        for index in range(8):
+            lane = lanes[f"{window.node.hostname}/{index}"]
+            during = [(b.kind, b.start, b.end) for b in lane.blocks if b.start < window.end and window.start < b.end]
+            assert during == [(BlockKind.MAINTENANCE, window.start, window.end)], lane.name
