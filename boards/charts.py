@@ -210,8 +210,3 @@ def bands_figure(per_team: Mapping[int | None, Sequence[int]], *, team_names: Ma
     }
     return {"data": [trace], "layout": layout}
 
-
-def kind_of_cell(row) -> str:
-    """The kind of one heatmap row (for tests and the API)."""
-    has_util = row["util"] is not None and not pd.isna(row["util"])
-    return cell_kind({key: row[key] for key in SERIES}, has_util=has_util)

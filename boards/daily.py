@@ -45,7 +45,7 @@ def daily_board(scope: BoardScope, *, user, parts: tuple[str, ...] = PARTS) -> D
     if "headline" in parts:
         board.headline = headline(scope, user=user)
     if "hours" in parts:
-        board.hours = day_hours(scope, user=user)
+        board.hours = day_hours(scope, user=user, done=board.computed_to)
         board.timeline = timeline(board.hours, scope)
     if "ranking" in parts:
         board.ranking = idle_ranking(scope, user=user)

@@ -73,10 +73,10 @@ def computed_to(scope: BoardScope) -> datetime:
     return min(aggregated or scope.bounds[0], scope.now)
 
 
-def day_hours(scope: BoardScope, *, user) -> pd.DataFrame:
+def day_hours(scope: BoardScope, *, user, done: datetime | None = None) -> pd.DataFrame:
     """One row per GPU-hour of the day in scope (:data:`HOUR_COLUMNS`; ticks per series, ``util`` the hour's
     mean utilization or None, ``teams`` the names of the teams holding it, ``holders`` what the viewer may
-    see of the jobs and bookings in the hour). Under a team filter, busy, idle and unmeasured are the
+    see of the jobs and bookings in the hour; ``partial`` after ``done``, default :func:`computed_to`). Under a team filter, busy, idle and unmeasured are the
     team's and the other teams' allocated ticks are ``other_teams``. Four or five queries."""
     where, params = scope.gpu_sql("g", "n")
     params.update(day=scope.day, team=scope.team_id)
@@ -90,7 +90,7 @@ def day_hours(scope: BoardScope, *, user) -> pd.DataFrame:
     names = dict(Team.objects.filter(pk__in=team_ids).values_list("pk", "name"))
     start, end = scope.bounds
     spans = holdings_between(user, sorted({row[0] for row in rows}), start=start, end=end, now=scope.now)
-    done = computed_to(scope)
+    done = done or computed_to(scope)
     records = []
     for gpu_id, hostname, index, hour, busy, idle, unmeasured, other, unallocated, down, teams, util in rows:
         hour_end = min(hour.replace(minute=0, second=0, microsecond=0) + timedelta(hours=1), end)

@@ -6,11 +6,12 @@ from decimal import Decimal
 
 from accounting.models import Quota, RateCard, UsageAggregateState
 from accounting.usage.services import aggregate_day
-from cluster.models import DirtyBucket, MinuteRollup
+from cluster.models import DirtyBucket, Job, MinuteRollup
 from cluster.telemetry.rollups import rollup_pending
 from tests.accounting.usage.usage_day import DAY, NOW, make_day
 
 __all__ = ["DAY", "NOW", "make_board_day", "roll_up_hours"]
+SECRET_JOB, SECRET_USER = "alpha secret run", "anna-alpha"
 
 
 def roll_up_hours() -> None:
@@ -23,6 +24,9 @@ def roll_up_hours() -> None:
 
 def make_board_day(team_a, team_b, engineer_a, *, day: date = DAY) -> dict:
     cells = make_day(team_a, team_b, engineer_a)
+    # team A's training job gets a name, a user and a project: what other teams must never see
+    Job.objects.filter(external_id__startswith="a-train").update(
+        name=SECRET_JOB, user=SECRET_USER, project=team_a.projects.get())
     model = cells["g0"].model
     RateCard.objects.create(gpu_model=model, valid_from=date(2026, 1, 1), price_per_card_hour=Decimal("20.00"),
                             currency="CNY")
