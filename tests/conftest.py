@@ -62,6 +62,7 @@ CLOCK_MODULES = frozenset({
     "cluster/bookings/test_api.py",
     "demo/test_demo.py",
     "demo/test_history.py",
+    "demo/test_history_shapes.py",
     "demo/test_live_fleet.py",
     "cluster/jobs/test_import_jobs.py",
     "cluster/jobs/test_import_robustness.py",
