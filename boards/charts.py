@@ -123,23 +123,29 @@ def heatmap_figure(df: pd.DataFrame, *, day_bounds: tuple[datetime, datetime], z
     if df.empty:
         layout = _layout(xaxis={"type": "date"}, yaxis={})
         return {"data": [], "layout": _note(layout, text.no_data)}
-    hours = sorted(set(df["hour"]))
+    hours = sorted({h.to_pydatetime() if hasattr(h, "to_pydatetime") else h for h in df["hour"]})
     labels = list(dict.fromkeys(df["label"]))
     row_of = {label: n for n, label in enumerate(labels)}
     col_of = {hour: n for n, hour in enumerate(hours)}
+    spans = {hour: _hour_span(hour, end, zone) for hour in hours}  # once an hour, not once a cell
+    names = {label: escape(label, quote=False) for label in labels}
     z = [[None] * len(hours) for _ in labels]
     hover = [[""] * len(hours) for _ in labels]
-    for row in df.itertuples(index=False):
-        has_util = row.util is not None and not pd.isna(row.util)
-        kind = cell_kind({key: getattr(row, key) for key in SERIES}, has_util=has_util)
-        r, c = row_of[row.label], col_of[row.hour]
-        z[r][c] = round(float(row.util), 1) if kind == MEASURED else CODES[kind]
-        what = f"{text.utilization} {row.util:.1f} %" if kind == MEASURED else text.label(kind)
-        held = ", ".join(row.teams) or text.no_holder
-        jobs = "<br>".join(escape(h, quote=False) for h in row.holders[:3])
-        hover[r][c] = (f"<b>{escape(row.label, quote=False)}</b> {_hour_span(row.hour, end, zone)}<br>{what}"
-                       f"<br>{escape(held, quote=False)}" + (f"<br>{jobs}" if jobs else "")
-                       + (f" ({text.partial})" if row.partial else ""))
+    columns = df.to_dict("list")
+    for n, label in enumerate(columns["label"]):
+        hour = columns["hour"][n]
+        hour = hour.to_pydatetime() if hasattr(hour, "to_pydatetime") else hour
+        util = columns["util"][n]
+        has_util = util is not None and not pd.isna(util)
+        kind = cell_kind({key: columns[key][n] for key in SERIES}, has_util=has_util)
+        r, c = row_of[label], col_of[hour]
+        z[r][c] = round(float(util), 1) if kind == MEASURED else CODES[kind]
+        what = f"{text.utilization} {util:.1f} %" if kind == MEASURED else text.label(kind)
+        held = escape(", ".join(columns["teams"][n]) or text.no_holder, quote=False)
+        holders = columns["holders"][n]
+        jobs = "<br>".join(escape(h, quote=False) for h in holders[:3]) if holders else ""
+        hover[r][c] = (f"<b>{names[label]}</b> {spans[hour]}<br>{what}<br>{held}" + (f"<br>{jobs}" if jobs else "")
+                       + (f" ({text.partial})" if columns["partial"][n] else ""))
     scale = _scale()
     trace = {
         "type": "heatmap", "x": [wall_clock(h + timedelta(minutes=30), zone) for h in hours],
