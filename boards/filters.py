@@ -46,6 +46,9 @@ class BoardFilterForm(forms.Form):
     )
 
     def __init__(self, data=None, *, now: datetime, **kwargs):
+        if data is not None and not data.get("date"):
+            data = data.copy()  # the picker shows the day the board defaults to
+            data["date"] = (business_today(now=now) - timedelta(days=1)).isoformat()
         super().__init__(data, **kwargs)
         self.now = now
         self.fields["pool"].choices = [("", _("All pools")), *((p, p) for p in Node.objects.pools())]
