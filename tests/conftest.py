@@ -48,6 +48,7 @@ CLOCK_MODULES = frozenset({
     "accounting/usage/test_backfill_migration.py",
     "accounting/usage/test_pending.py",
     "accounting/usage/test_report.py",
+    "browser/test_board.py",
     "browser/test_bookings.py",
     "browser/test_finance_page.py",
     "browser/test_node_charts.py",
