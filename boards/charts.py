@@ -34,8 +34,9 @@ COLOURS = {
     UNALLOCATED: "#eceef2", DOWN: "#b03a2e",
 }
 # The heatmap's one trace encodes what is not a utilization below 0 (its colour bar names them):
-CODES = {UNMEASURED: -25, DOWN: -15, UNALLOCATED: -5}
-Z_MIN, Z_MAX = -30, 100
+CODES = {UNMEASURED: -42, DOWN: -28, UNALLOCATED: -14}
+BANDS_OF_CODES = {UNMEASURED: (-48, -36), DOWN: (-34, -22), UNALLOCATED: (-20, -8)}  # apart, so their labels
+Z_MIN, Z_MAX = -48, 100  # on the colour bar never overlap each other or "0 %"
 TIMELINE, HEATMAP, BANDS_CHART = "timeline", "heatmap", "bands"
 
 
@@ -183,11 +184,10 @@ def _scale() -> list:
         return (z - Z_MIN) / span
 
     scale = []
-    for kind, (lo, hi) in ((UNMEASURED, (-30, -20)), (DOWN, (-20, -10)), (UNALLOCATED, (-10, 0))):
-        scale += [[at(lo), COLOURS[kind] if kind != UNALLOCATED else "#ffffff"],
-                  [at(hi), COLOURS[kind] if kind != UNALLOCATED else "#ffffff"]]
+    for kind, (lo, hi) in BANDS_OF_CODES.items():
+        colour = COLOURS[kind] if kind != UNALLOCATED else "#ffffff"
+        scale += [[at(lo), colour], [at(hi), colour]]
     scale += [[at(100 * position), colour] for position, colour in UTIL_SCALE]
-    scale[len(CODES) * 2][0] += 1e-9  # plotly needs increasing stops: the scale starts just after the last band
     return scale
 
 

@@ -1,4 +1,5 @@
-"""What a person sees in the browser: login, inventory, filters, node detail, language switcher."""
+"""What a person sees in the browser: login (landing on the daily board), inventory, filters, node detail,
+language switcher."""
 
 import re
 
@@ -12,12 +13,21 @@ def inventory_rows(page):
     return page.locator("[data-testid=inventory] tbody tr")
 
 
+def open_inventory(page):
+    """Sign-in lands on the daily board (issue 14); the inventory is one click away in the main menu."""
+    expect(page).to_have_url(re.compile(r"/$"))
+    expect(page.locator("h1")).to_contain_text("Daily board")
+    page.locator("a[data-nav=inventory]").click()
+    expect(page).to_have_url(re.compile(r"/inventory/$"))
+
+
 def test_it_shows_a_lead_the_inventory_after_login(
     page, live_server, login, screenshot, lead_a, small_cluster
 ):
     login(page, live_server, lead_a.username)
+    expect(page.locator("a[data-nav=board]")).to_have_attribute("aria-current", "page")
 
-    expect(page).to_have_url(re.compile(r"/inventory/$"))
+    open_inventory(page)
     expect(page.locator("h1")).to_have_text("Inventory")
     rows = inventory_rows(page)
     expect(rows).to_have_count(3)
@@ -25,8 +35,9 @@ def test_it_shows_a_lead_the_inventory_after_login(
     summary = page.get_by_test_id("inventory-summary")
     expect(summary).to_contain_text("3 nodes (1 up), 6 GPUs")
     expect(summary.locator(".chip")).to_have_text([f"4 {TIMES} H200", f"2 {TIMES} L40S"])
-    expect(page.locator("nav.mainnav a")).to_have_text(["Inventory", "Jobs", "Bookings", "Teams", "API tokens"])
+    expect(page.locator("nav.mainnav a")).to_have_text(["Board", "Inventory", "Jobs", "Bookings", "Teams", "API tokens"])
     expect(page.locator("a[data-nav=inventory]")).to_have_attribute("aria-current", "page")
+    expect(page.locator("a[data-nav=board]")).not_to_have_attribute("aria-current", "page")
     expect(page.locator(".whoami")).to_contain_text(lead_a.username)
     expect(page.locator("footer")).to_have_text("All times in UTC.")
     screenshot(page, "inventory-lead")
@@ -37,7 +48,7 @@ def test_it_hides_the_admin_site_from_an_engineer(
 ):
     login(page, live_server, engineer_a.username)
 
-    expect(page).to_have_url(re.compile(r"/inventory/$"))
+    open_inventory(page)
     expect(inventory_rows(page)).to_have_count(3)
     expect(page.locator("a[data-nav=inventory]")).to_be_visible()
     expect(page.locator("a[data-nav=admin]")).to_have_count(0)
@@ -47,7 +58,7 @@ def test_it_hides_the_admin_site_from_an_engineer(
 def test_it_shows_the_admin_site_to_an_admin(page, live_server, login, admin_user):
     login(page, live_server, admin_user.username)
 
-    expect(page).to_have_url(re.compile(r"/inventory/$"))
+    expect(page).to_have_url(re.compile(r"/$"))
     admin_link = page.locator("a[data-nav=admin]")
     expect(admin_link).to_have_count(1)
     expect(admin_link).to_have_text("Admin site")
@@ -82,6 +93,7 @@ def test_it_says_the_same_thing_for_a_wrong_password_and_a_wrong_username(page, 
 
 def test_it_filters_the_inventory_by_pool(page, live_server, login, lead_a, small_cluster):
     login(page, live_server, lead_a.username)
+    open_inventory(page)
     expect(inventory_rows(page)).to_have_count(3)
 
     page.locator("form.filters select[name=pool]").select_option("infer")
@@ -97,6 +109,7 @@ def test_it_filters_the_inventory_by_pool(page, live_server, login, lead_a, smal
 
 def test_it_opens_a_node_from_the_inventory(page, live_server, login, screenshot, lead_a, small_cluster):
     login(page, live_server, lead_a.username)
+    open_inventory(page)
 
     page.get_by_test_id("inventory").get_by_role("link", name="h200-a", exact=True).click()
 
@@ -114,6 +127,7 @@ def test_it_opens_a_node_from_the_inventory(page, live_server, login, screenshot
 
 def test_it_switches_the_language_and_back(page, live_server, login, lead_a, small_cluster):
     login(page, live_server, lead_a.username)
+    open_inventory(page)
     html = page.locator("html")
     expect(html).to_have_attribute("lang", "en")
 
