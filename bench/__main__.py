@@ -2,7 +2,7 @@
 the same run where one exists. Runs against a scratch database ``cardhour_bench`` on the embedded
 PostgreSQL (or on DATABASE_URL's server), migrated fresh and dropped afterwards.
 
-    python -m bench [--records N] [--only collector,rollup,agent,jobs,bookings,usage,close]
+    python -m bench [--records N] [--only collector,rollup,agent,jobs,bookings,usage,close,boards]
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import time
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__.split("\n\n")[0])
     parser.add_argument("--records", type=int, default=1_000_000, help="records for the collector and rollup runs")
-    parser.add_argument("--only", default="collector,rollup,agent,jobs,bookings,usage,close", help="comma-separated subset")
+    parser.add_argument("--only", default="collector,rollup,agent,jobs,bookings,usage,close,boards", help="comma-separated subset")
     args = parser.parse_args(argv)
     only = set(args.only.split(","))
 
@@ -91,6 +91,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  close_period             {r['close_s']:8.2f} s  ({r['entries']:,} ledger entries, "
               f"{r['overflow_entries']:,} overflow)")
         print(f"  one GROUP BY over it     {r['group_by_s'] * 1000:8.1f} ms  close / it = {r['close_vs_group_by']:.0f}")
+    if "boards" in only:
+        from bench.boards import bench_boards, print_boards
+
+        results["boards"] = r = bench_boards()
+        print_boards(r)
     return 0
 
 

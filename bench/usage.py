@@ -53,18 +53,21 @@ DAILY_USAGE = DailyUsage._meta.db_table
 DAILY_UNPLACED_USAGE = DailyUnplacedUsage._meta.db_table
 
 
-def _cluster() -> tuple[list[int], list[int], list[Team], list[Project]]:
-    """(GPU ids, node ids, teams, their first projects): 125 nodes ``bench-usage-NNN`` of 8 GPUs, 20 teams."""
+def _cluster(*, nodes: int = NODES, gpus_per_node: int = GPUS_PER_NODE,
+             teams: int = TEAMS) -> tuple[list[int], list[int], list[Team], list[Project]]:
+    """(GPU ids, node ids, teams, their first projects): 125 nodes ``bench-usage-NNN`` of 8 GPUs, 20 teams
+    (or the sizes given: the tests run the benchmarks small)."""
     model, _ = GpuModel.objects.get_or_create(name="NVIDIA H200", defaults={"short_name": "H200", "memory_mib": 143771})
+    node_count, team_count = nodes, teams
     nodes = [Node.objects.get_or_create(hostname=f"bench-usage-{n:03d}", defaults={"pool": "bench"})[0]
-             for n in range(NODES)]
+             for n in range(node_count)]
     Gpu.objects.bulk_create([
         Gpu(node=node, index=i, uuid=f"GPU-bench-usage-{n:03d}-{i}", model=model, memory_mib=model.memory_mib)
-        for n, node in enumerate(nodes) for i in range(GPUS_PER_NODE)
+        for n, node in enumerate(nodes) for i in range(gpus_per_node)
     ], ignore_conflicts=True)
     gpu_ids = list(Gpu.objects.filter(node__in=nodes).order_by("node__hostname", "index").values_list("pk", flat=True))
     teams, projects = [], []
-    for t in range(TEAMS):
+    for t in range(team_count):
         team, _ = Team.objects.get_or_create(slug=f"bench-usage-{t:02d}",
                                              defaults={"name": f"Bench usage {t:02d}", "cost_centre": f"BU{t:02d}"})
         for p in range(2):
