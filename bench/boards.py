@@ -300,7 +300,8 @@ def bench_boards(*, nodes: int = NODES, gpus_per_node: int = GPUS_PER_NODE, team
     return {
         "gpus": len(gpu_ids), "nodes": len(node_ids), "teams": len(team_list), "days": days, "day": day, "runs": runs,
         **made, "setup_s": setup_s, "page": page, "json": api, "baseline_ms": baseline_ms,
-        "heatmap_cells": len(figures.get("heatmap", [])), "idle_allocations": len(figures.get("idle_allocations", [])),
+        "heatmap_cells": sum(cell is not None for row in figures.get("heatmap", {}).get("kind", []) for cell in row),
+        "idle_allocations": len(figures.get("idle_allocations", [])),
         "long_idle": len(figures.get("long_idle", [])), "always_full": len(figures.get("always_full", [])),
     }
 

@@ -36,9 +36,10 @@ class DailyBoardSerializer(serializers.Serializer):
     timeline = serializers.ListField(child=serializers.DictField(allow_null=True), help_text=_(
         "Per hour: busy, idle, unmeasured, other_teams (under a team filter), unallocated, down and capacity "
         "card-hours (they add up to capacity); partial: still filling."))
-    heatmap = serializers.ListField(child=serializers.DictField(allow_null=True), help_text=_(
-        "Per GPU and hour: kind (measured, unmeasured, unallocated, down), util_pct (measured only), teams, "
-        "holders (the jobs and bookings the caller may see)."))
+    heatmap = serializers.DictField(help_text=_(
+        "Matrices with a row per GPU (gpus) and a column per hour (hours): kind (measured, unmeasured, "
+        "other_teams, unallocated, down), util_pct (measured cells only), teams, holders (the jobs and "
+        "bookings the caller may see)."))
     idle_allocations = serializers.ListField(child=serializers.DictField(allow_null=True), help_text=_(
         "Every allocation of the day, most idle first: kind (job, booking, or team: another team's "
         "allocations as one total), id, label, team, project, user, gpus, card_hours_idle, "

@@ -12,15 +12,17 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta, tzinfo
 from html import escape
 
+import numpy as np
 import pandas as pd
 
 from boards.maths import (
     BANDS,
+    CELL_KINDS,
     MEASURED,
     OTHER_TEAMS,
     band_label,
     band_shares,
-    cell_kind,
+    cell_kinds,
     percent,
     total_bands,
 )
@@ -34,9 +36,11 @@ COLOURS = {
     UNALLOCATED: "#eceef2", DOWN: "#b03a2e",
 }
 # The heatmap's one trace encodes what is not a utilization below 0 (its colour bar names them):
-CODES = {UNMEASURED: -42, DOWN: -28, UNALLOCATED: -14}
-BANDS_OF_CODES = {UNMEASURED: (-48, -36), DOWN: (-34, -22), UNALLOCATED: (-20, -8)}  # apart, so their labels
-Z_MIN, Z_MAX = -48, 100  # on the colour bar never overlap each other or "0 %"
+CODES = {UNMEASURED: -56, OTHER_TEAMS: -42, DOWN: -28, UNALLOCATED: -14}
+BANDS_OF_CODES = {  # apart, so that their labels on the colour bar never overlap each other or "0 %"
+    UNMEASURED: (-62, -50), OTHER_TEAMS: (-48, -36), DOWN: (-34, -22), UNALLOCATED: (-20, -8),
+}
+Z_MIN, Z_MAX = -62, 100
 TIMELINE, HEATMAP, BANDS_CHART = "timeline", "heatmap", "bands"
 
 
@@ -114,61 +118,96 @@ def timeline_figure(df: pd.DataFrame, *, day_bounds: tuple[datetime, datetime], 
     return {"data": data, "layout": layout}
 
 
-def heatmap_figure(df: pd.DataFrame, *, day_bounds: tuple[datetime, datetime], zone: tzinfo = UTC,
-                   text: BoardText = BoardText()) -> dict:
-    """One heatmap trace, a row per GPU (grouped by node, in ``df``'s order) and a column per hour
-    (``df``: :func:`boards.hours.day_hours`). A cell is the hour's mean utilization where the GPU was mostly
-    allocated and measured; else unmeasured, unallocated or down, each its own colour below the
-    utilization scale (:data:`CODES`), so an unmeasured hour never reads as 0 %."""
-    start, end = day_bounds
+@dataclass(frozen=True)
+class HeatmapMatrix:
+    """The heatmap's cells: a row per GPU (grouped by node, in the frame's order), a column per hour;
+    ``kinds`` indexes :data:`boards.maths.CELL_KINDS` (-1: no row for that GPU-hour), ``util`` is NaN where
+    nothing was measured; ``rows`` and ``cols`` place each of the frame's rows."""
+
+    labels: list[str]
+    nodes: list[str]
+    hours: list[datetime]
+    kinds: np.ndarray
+    util: np.ndarray
+    rows: np.ndarray
+    cols: np.ndarray
+    frame: pd.DataFrame
+
+    def matrix(self, values, fill=None) -> list[list]:
+        """``values`` (one per frame row) laid out as rows × hours, ``fill`` where a GPU-hour has no row."""
+        out = [[fill] * len(self.hours) for _ in self.labels]
+        for r, c, value in zip(self.rows.tolist(), self.cols.tolist(), values, strict=True):
+            out[r][c] = value
+        return out
+
+
+def heatmap_matrix(df: pd.DataFrame) -> HeatmapMatrix:
+    """The cells of ``df`` (:func:`boards.hours.day_hours`), kinds decided by :func:`boards.maths.cell_kinds`
+    column-wise (24,000 GPU-hours at 1,000 GPUs)."""
+    labels = pd.unique(df["label"]).tolist()
+    hours = sorted(pd.unique(df["hour"]))
+    rows = pd.Categorical(df["label"], categories=labels).codes
+    cols = pd.Categorical(df["hour"], categories=hours).codes
+    util = df["util"].to_numpy(dtype=float)
+    kinds_of_rows = cell_kinds(*(df[key].to_numpy() for key in SERIES), ~np.isnan(util))
+    kinds = np.full((len(labels), len(hours)), -1)
+    kinds[rows, cols] = kinds_of_rows
+    cell_util = np.full((len(labels), len(hours)), np.nan)
+    cell_util[rows, cols] = util
+    nodes = df.drop_duplicates("label")["node"].tolist()
+    return HeatmapMatrix(labels=labels, nodes=nodes, hours=[pd.Timestamp(h).to_pydatetime() for h in hours],
+                         kinds=kinds, util=cell_util, rows=rows, cols=cols, frame=df)
+
+
+def heatmap_figure(df: pd.DataFrame, *, zone: tzinfo = UTC, text: BoardText = BoardText()) -> dict:
+    """One heatmap trace, a row per GPU (grouped by node) and a column per hour (``df``:
+    :func:`boards.hours.day_hours`). A cell is the hour's mean utilization where the GPU was mostly
+    allocated and measured; else unmeasured, another team's (under a team filter), unallocated or down,
+    each its own colour below the utilization scale (:data:`CODES`), so an unmeasured hour never reads
+    as 0 %. The hover names the GPU, the hour, the utilization or kind, the teams and the jobs."""
     if df.empty:
-        layout = _layout(xaxis={"type": "date"}, yaxis={})
+        layout = _layout(xaxis={"type": "category"}, yaxis={})
         return {"data": [], "layout": _note(layout, text.no_data)}
-    hours = sorted({h.to_pydatetime() if hasattr(h, "to_pydatetime") else h for h in df["hour"]})
-    labels = list(dict.fromkeys(df["label"]))
-    row_of = {label: n for n, label in enumerate(labels)}
-    col_of = {hour: n for n, hour in enumerate(hours)}
-    spans = {hour: _hour_span(hour, end, zone) for hour in hours}  # once an hour, not once a cell
-    names = {label: escape(label, quote=False) for label in labels}
-    z = [[None] * len(hours) for _ in labels]
-    hover = [[""] * len(hours) for _ in labels]
-    columns = df.to_dict("list")
-    for n, label in enumerate(columns["label"]):
-        hour = columns["hour"][n]
-        hour = hour.to_pydatetime() if hasattr(hour, "to_pydatetime") else hour
-        util = columns["util"][n]
-        has_util = util is not None and not pd.isna(util)
-        kind = cell_kind({key: columns[key][n] for key in SERIES}, has_util=has_util)
-        r, c = row_of[label], col_of[hour]
-        z[r][c] = round(float(util), 1) if kind == MEASURED else CODES[kind]
-        what = f"{text.utilization} {util:.1f} %" if kind == MEASURED else text.label(kind)
-        held = escape(", ".join(columns["teams"][n]) or text.no_holder, quote=False)
-        holders = columns["holders"][n]
-        jobs = "<br>".join(escape(h, quote=False) for h in holders[:3]) if holders else ""
-        hover[r][c] = (f"<b>{names[label]}</b> {spans[hour]}<br>{what}<br>{held}" + (f"<br>{jobs}" if jobs else "")
-                       + (f" ({text.partial})" if columns["partial"][n] else ""))
-    scale = _scale()
+    cells = heatmap_matrix(df)
+    z = np.where(cells.kinds == 0, np.round(cells.util, 1), np.nan)
+    for position, kind in enumerate(CELL_KINDS[1:], start=1):
+        z = np.where(cells.kinds == position, CODES[kind], z)
+    kind_rows = cells.kinds[cells.rows, cells.cols]
+    util_rows = cells.util[cells.rows, cells.cols]
+    labels_of_kind = [text.label(kind) if kind != MEASURED else "" for kind in CELL_KINDS]
+    partial = f" ({text.partial})"
+    hover_rows = [
+        (f"{text.utilization} {u:.1f} %" if k == 0 else labels_of_kind[k])
+        + "<br>" + escape(", ".join(teams) or text.no_holder, quote=False)
+        + ("<br>" + "<br>".join(escape(h, quote=False) for h in holders[:3]) if holders else "")
+        + (partial if p else "")
+        for k, u, teams, holders, p in zip(kind_rows.tolist(), util_rows.tolist(), df["teams"], df["holders"],
+                                           df["partial"].tolist(), strict=True)
+    ]
+    labels = cells.labels
+    shown = [key for key in (UNMEASURED, OTHER_TEAMS, DOWN, UNALLOCATED)
+             if key != OTHER_TEAMS or (cells.kinds == CELL_KINDS.index(OTHER_TEAMS)).any()]
     trace = {
-        "type": "heatmap", "x": [wall_clock(h + timedelta(minutes=30), zone) for h in hours],
-        "y": [escape(label, quote=False) for label in labels], "z": z, "text": hover,
-        "hovertemplate": "%{text}<extra></extra>", "zmin": Z_MIN, "zmax": Z_MAX, "colorscale": scale, "xgap": 1,
-        "ygap": 1 if len(labels) <= 120 else 0,
-        "colorbar": {"thickness": 12, "tickvals": [CODES[UNMEASURED], CODES[DOWN], CODES[UNALLOCATED], 0, 25, 50, 75, 100],
-                     "ticktext": [text.label(UNMEASURED), text.label(DOWN), text.label(UNALLOCATED),
-                                  "0 %", "25 %", "50 %", "75 %", "100 %"]},
+        "type": "heatmap", "x": [f"{h.astimezone(zone):%H:%M}" for h in cells.hours],
+        "y": [escape(label, quote=False) for label in labels],
+        "z": [[None if v != v else v for v in row] for row in z.tolist()],  # NaN → null: no row for that hour
+        "text": cells.matrix(hover_rows, ""),
+        "hovertemplate": "<b>%{y}</b> %{x}<br>%{text}<extra></extra>", "zmin": Z_MIN, "zmax": Z_MAX,
+        "colorscale": _scale(), "xgap": 1, "ygap": 1 if len(labels) <= 120 else 0,
+        "colorbar": {"thickness": 12, "tickvals": [CODES[key] for key in shown] + [0, 25, 50, 75, 100],
+                     "ticktext": [text.label(key) for key in shown] + ["0 %", "25 %", "50 %", "75 %", "100 %"]},
         "meta": {"role": HEATMAP},
     }
     row_px = 18 if len(labels) <= 48 else max(4, 900 // len(labels))
     layout = _layout(
         showlegend=False, height=max(240, 90 + row_px * len(labels)),
-        xaxis={"type": "date", "range": [wall_clock(start, zone), wall_clock(end, zone)], "tickformat": "%H:%M",
-               "showgrid": False},
+        xaxis={"type": "category", "showgrid": False},
         yaxis={"type": "category", "autorange": "reversed", "fixedrange": True, "showgrid": False,
                "showticklabels": len(labels) <= 120},
         plot_bgcolor=NO_DATA_COLOUR,
         margin={"l": 16 + 7 * max(len(label) for label in labels) if len(labels) <= 120 else 24, "r": 16, "t": 16, "b": 40},
     )
-    nodes = list(df.drop_duplicates("label")["node"])
+    nodes = cells.nodes
     for n in range(1, len(nodes)):
         if nodes[n] != nodes[n - 1]:  # a line between two nodes' rows
             layout["shapes"].append({"type": "line", "xref": "paper", "x0": 0, "x1": 1, "yref": "y", "y0": n - 0.5,

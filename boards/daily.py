@@ -8,12 +8,14 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from decimal import Decimal
 
+import numpy as np
 import pandas as pd
 
+from boards.charts import heatmap_matrix
 from boards.figures import Headline, headline
 from boards.health import NodeHealth, node_health
 from boards.hours import SERIES, computed_to, day_hours, timeline, utilization_bands
-from boards.maths import BANDS, band_label, band_shares, cell_kind, percent, total_bands
+from boards.maths import BANDS, CELL_KINDS, band_label, band_shares, percent, total_bands
 from boards.movers import AlwaysFull, LongIdle, always_full, long_idle
 from boards.ranking import IdleRow, idle_ranking
 from boards.scope import BoardScope
@@ -100,13 +102,7 @@ def board_json(board: DailyBoard) -> dict:
              "partial": bool(row.partial)}
             for row in board.timeline.itertuples(index=False)
         ]
-        out["heatmap"] = [
-            {"gpu": row.label, "hour": _time(row.hour), "kind": cell_kind({s: getattr(row, s) for s in SERIES},
-                                                                            has_util=row.util is not None and not pd.isna(row.util)),
-             "util_pct": None if row.util is None or pd.isna(row.util) else round(float(row.util), 1),
-             "teams": list(row.teams), "holders": list(row.holders)}
-            for row in board.hours.itertuples(index=False)
-        ]
+        out["heatmap"] = _heatmap_json(board.hours)
     if board.ranking is not None:
         out["idle_allocations"] = [_idle_json(row) for row in board.ranking]
     if board.long_idle is not None:
@@ -126,6 +122,22 @@ def board_json(board: DailyBoard) -> dict:
             for row in board.health
         ]
     return out
+
+
+def _heatmap_json(hours: pd.DataFrame) -> dict:
+    """The heatmap as matrices (a row per GPU, a column per hour): 24,000 cells at 1,000 GPUs stay one
+    compact answer. ``kind`` is measured, unmeasured, other_teams, unallocated or down (null: no row)."""
+    if hours.empty:
+        return {"gpus": [], "hours": [], "kind": [], "util_pct": [], "teams": [], "holders": []}
+    cells = heatmap_matrix(hours)
+    names = [*CELL_KINDS]
+    kind = [[names[k] if k >= 0 else None for k in row] for row in cells.kinds.tolist()]
+    measured = np.where(cells.kinds == 0, np.round(cells.util, 1), np.nan).tolist()
+    return {
+        "gpus": cells.labels, "hours": [_time(h) for h in cells.hours], "kind": kind,
+        "util_pct": [[None if v != v else v for v in row] for row in measured],
+        "teams": cells.matrix(list(hours["teams"]), []), "holders": cells.matrix(list(hours["holders"]), []),
+    }
 
 
 def _long_idle_json(board: DailyBoard) -> list[dict]:

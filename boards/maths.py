@@ -12,6 +12,8 @@ from datetime import date, timedelta
 from decimal import Decimal
 from fractions import Fraction
 
+import numpy as np
+
 from accounting.usage.figures import apportion
 from accounting.usage.states import ALLOCATED_STATES, BUSY, DOWN, IDLE, STATES, UNALLOCATED, UNMEASURED
 
@@ -97,28 +99,37 @@ def timeline_state(state: str, team_id: int | None, team_filter: int | None) -> 
 # ---- heatmap cells -------------------------------------------------------------------------------------------
 
 MEASURED = "measured"
-CELL_KINDS = (MEASURED, UNMEASURED, UNALLOCATED, DOWN)
+CELL_KINDS = (MEASURED, UNMEASURED, OTHER_TEAMS, UNALLOCATED, DOWN)  # also the order that breaks a tie
 
 
 def cell_kind(ticks: Mapping[str, int], *, has_util: bool) -> str:
     """What a GPU-hour cell shows: its mean utilization (``measured``) when busy and idle ticks are the
-    largest part of the hour and a utilization was recorded; else the largest of unmeasured, unallocated
-    and down (ties in that order: unmeasured is never painted as a utilization of 0 %)."""
+    largest part of the hour and a utilization was recorded; else the largest of unmeasured, another
+    team's allocation (under a team filter), unallocated and down, ties in :data:`CELL_KINDS` order
+    (unmeasured is never painted as a utilization of 0 %). The reference for :func:`cell_kinds`."""
+    measured = ticks.get(BUSY, 0) + ticks.get(IDLE, 0)
     parts = {
-        MEASURED: ticks.get(BUSY, 0) + ticks.get(IDLE, 0),
-        UNMEASURED: ticks.get(UNMEASURED, 0),
+        MEASURED: measured if has_util and measured > 0 else -1,
+        UNMEASURED: ticks.get(UNMEASURED, 0) + (0 if has_util else measured),
+        OTHER_TEAMS: ticks.get(OTHER_TEAMS, 0),
         UNALLOCATED: ticks.get(UNALLOCATED, 0),
         DOWN: ticks.get(DOWN, 0),
     }
-    if not has_util:
-        parts[UNMEASURED] += parts.pop(MEASURED)
     best = max(parts.values())
-    if parts.get(MEASURED, -1) == best and best > 0:
-        return MEASURED
-    for kind in (UNMEASURED, UNALLOCATED, DOWN):
-        if parts[kind] == best:
-            return kind
-    return UNMEASURED  # pragma: no cover (the loop always returns)
+    return next(kind for kind in CELL_KINDS if parts[kind] == best)
+
+
+def cell_kinds(busy, idle, unmeasured, other, unallocated, down, has_util) -> np.ndarray:
+    """:func:`cell_kind` for whole columns at once (numpy arrays of ticks and of ``has_util``): the index
+    of each cell's kind in :data:`CELL_KINDS` (``argmax`` takes the first of equal parts, the tie order)."""
+    measured = np.asarray(busy, dtype=np.int64) + np.asarray(idle, dtype=np.int64)
+    has_util = np.asarray(has_util, dtype=bool)
+    parts = np.stack([
+        np.where(has_util & (measured > 0), measured, -1),
+        np.asarray(unmeasured, dtype=np.int64) + np.where(has_util, 0, measured),
+        np.asarray(other, dtype=np.int64), np.asarray(unallocated, dtype=np.int64), np.asarray(down, dtype=np.int64),
+    ])
+    return parts.argmax(axis=0)
 
 
 # ---- long idle -----------------------------------------------------------------------------------------------

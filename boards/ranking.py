@@ -86,8 +86,10 @@ def _rows(scope: BoardScope, holders: dict, user) -> list[IdleRow]:
     rates = rates_between(scope.day, scope.day)
     job_ids = [i for (kind, i) in holders if kind == "job"]
     booking_ids = [i for (kind, i) in holders if kind == "booking"]
-    jobs = {j.pk: j for j in Job.objects.filter(pk__in=job_ids).select_related("team", "project")}
-    bookings = {b.pk: b for b in Booking.objects.filter(pk__in=booking_ids).select_related("team", "project", "booker")}
+    jobs = {j.pk: j for j in Job.objects.filter(pk__in=job_ids).select_related("team", "project").only(
+        "external_id", "name", "user", "gpu_count", "team_id", "team__name", "project_id", "project__name")}
+    bookings = {b.pk: b for b in Booking.objects.filter(pk__in=booking_ids).select_related("team", "project", "booker").only(
+        "note", "gpu_count", "team_id", "team__name", "project_id", "project__name", "booker_id", "booker__username")}
     out: list[IdleRow] = []
     folded: dict[int | None, dict] = defaultdict(lambda: {"allocated": 0, "idle": 0, "count": 0, "name": ""})
     for (kind, object_id), entry in holders.items():

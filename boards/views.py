@@ -79,7 +79,7 @@ def daily(request):
     text = board_text()
     figures = {
         "timeline": timeline_figure(board.timeline, day_bounds=scope.bounds, zone=zone, text=text),
-        "heatmap": heatmap_figure(board.hours, day_bounds=scope.bounds, zone=zone, text=text),
+        "heatmap": heatmap_figure(board.hours, zone=zone, text=text),
         "bands": bands_figure(board.bands, team_names=board.team_names, text=text),
     }
     my_teams = _my_teams(request.user)

@@ -20,7 +20,7 @@ def test_the_colour_scale_keeps_the_codes_apart_from_the_utilizations():
         lo, hi = BANDS_OF_CODES[kind]
         assert lo < code < hi < 0  # flat band below 0 %: never read as a utilization
     ticks = sorted([*CODES.values(), 0])
-    assert min(b - a for a, b in pairwise(ticks)) >= 0.09 * (Z_MAX - Z_MIN)  # labels do not overlap
+    assert min(b - a for a, b in pairwise(ticks)) >= 0.08 * (Z_MAX - Z_MIN)  # labels do not overlap
 
 
 def row(label, node, hour, util=None, **ticks):
@@ -34,7 +34,7 @@ def test_the_heatmap_is_one_trace_grouped_by_node_with_escaped_hover():
         row("n1/0", "n1", 0, util=40.0, busy=H), row("n1/0", "n1", 1, unmeasured=H),
         row("n2/0", "n2", 0, down=H), row("n2/0", "n2", 1, util=2.0, idle=H // 2, unallocated=H // 2),
     ], columns=HOUR_COLUMNS)
-    figure = heatmap_figure(frame, day_bounds=(START, START + timedelta(days=1)))
+    figure = heatmap_figure(frame)
     (trace,) = figure["data"]
     assert trace["z"] == [[40.0, CODES["unmeasured"]], [CODES["down"], 2.0]]  # a tie of measured and unallocated: measured
     assert "Team &lt;A&gt;" in trace["text"][0][0] and "job &lt;1&gt;" in trace["text"][0][0]

@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 
 from boards.maths import (
     BANDS,
+    CELL_KINDS,
     MEASURED,
     OTHER_TEAMS,
     Change,
@@ -18,6 +19,7 @@ from boards.maths import (
     band_ticks,
     card_hours_by_state,
     cell_kind,
+    cell_kinds,
     change_against,
     efficiency,
     idle_since,
@@ -61,6 +63,16 @@ def test_a_cell_is_measured_only_when_allocated_and_measured_time_leads():
     assert cell_kind({"down": 30, "unallocated": 30}, has_util=False) == "unallocated"
     assert cell_kind({"down": 31, "unallocated": 29}, has_util=False) == "down"
     assert cell_kind({}, has_util=False) == "unmeasured"
+    assert cell_kind({"busy": 10, OTHER_TEAMS: 50}, has_util=True) == OTHER_TEAMS
+
+
+@given(st.lists(st.tuples(*[st.integers(min_value=0, max_value=4) for _ in range(6)], st.booleans()), min_size=1))
+def test_the_column_wise_kinds_are_the_reference_kinds(cells):
+    keys = ("busy", "idle", "unmeasured", OTHER_TEAMS, "unallocated", "down")
+    columns = list(zip(*cells, strict=True))
+    kinds = cell_kinds(*columns)
+    assert [CELL_KINDS[k] for k in kinds] == [
+        cell_kind(dict(zip(keys, cell[:6], strict=True)), has_util=cell[6]) for cell in cells]
 
 
 @given(st.floats(min_value=0, max_value=100))

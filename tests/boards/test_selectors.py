@@ -40,7 +40,9 @@ def refresh():
 
 
 def cell(board, label, hour_h):
-    return next(c for c in board_json(board)["heatmap"] if c["gpu"] == label and c["hour"] == at(hour_h).isoformat().replace("+00:00", "Z"))
+    heatmap = board_json(board)["heatmap"]
+    r, c = heatmap["gpus"].index(label), heatmap["hours"].index(at(hour_h).isoformat().replace("+00:00", "Z"))
+    return {"gpu": label, "hour": heatmap["hours"][c], **{key: heatmap[key][r][c] for key in ("kind", "util_pct", "teams", "holders")}}
 
 
 def test_a_heatmap_cell_is_the_mean_of_its_minutes(board_day, team_a, admin_user):
@@ -51,7 +53,7 @@ def test_a_heatmap_cell_is_the_mean_of_its_minutes(board_day, team_a, admin_user
     assert cell(board, "n1/0", 20) == {
         "gpu": "n1/0", "hour": "2026-11-02T20:00:00Z", "kind": "measured", "util_pct": 29.5, "teams": ["Team Alpha"],
         "holders": ["a-ramp-20"]}
-    figure = heatmap_figure(board.hours, day_bounds=SCOPE.bounds)
+    figure = heatmap_figure(board.hours)
     (trace,) = figure["data"]  # one trace over the matrix, not one per GPU
     assert trace["type"] == "heatmap" and len(trace["z"]) == 3 and all(len(row) == 24 for row in trace["z"])
     assert trace["y"] == ["n1/0", "n1/1", "n2/0"]
@@ -64,7 +66,7 @@ def test_unmeasured_stays_unmeasured(board_day, team_a, admin_user):
     refresh()
     board = daily_board(SCOPE, user=admin_user)
     assert cell(board, "n1/0", 21)["kind"] == "unmeasured" and cell(board, "n1/0", 21)["util_pct"] is None
-    (trace,) = heatmap_figure(board.hours, day_bounds=SCOPE.bounds)["data"]
+    (trace,) = heatmap_figure(board.hours)["data"]
     assert trace["z"][0][21] == CODES["unmeasured"] < 0  # its own colour below the scale, never 0 %
     assert "Unmeasured" in trace["text"][0][21]
     assert cell(board, "n2/0", 22)["kind"] == "down" and trace["z"][2][22] == CODES["down"]
@@ -170,7 +172,7 @@ def test_filters_narrow_the_gpus(board_day, admin_user):
     n2 = Node.objects.get(hostname="n2")
     body = board_json(daily_board(BoardScope(day=DAY, now=NOW, node_id=n2.pk), user=admin_user))
     assert body["tiles"]["capacity_gpus"]["value"] == 1
-    assert {c["gpu"] for c in body["heatmap"]} == {"n2/0"}
+    assert body["heatmap"]["gpus"] == ["n2/0"] and len(body["heatmap"]["hours"]) == 24
     assert [row["node"] for row in body["nodes"]] == ["n2"]
     # a node filter leaves the unplaced job out: its GPUs are not known to be there
     assert all(not row["unplaced"] for row in body["idle_allocations"])
