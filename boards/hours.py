@@ -9,8 +9,9 @@ reached yet (the rest of today, or a day still being recomputed) is marked ``par
 
 from __future__ import annotations
 
+from bisect import bisect_left, bisect_right
 from collections import defaultdict
-from datetime import datetime, timedelta
+from datetime import datetime
 
 import pandas as pd
 from django.db import connection
@@ -105,25 +106,26 @@ def day_hours(scope: BoardScope, *, user, done: datetime | None = None) -> pd.Da
 
 def _holders(scope: BoardScope, user, frame: pd.DataFrame) -> list[list[str]]:
     """The visible jobs and bookings of each GPU-hour row of ``frame``: each holding put in the hours it
-    overlaps (a few thousand holdings × their hours), then looked up per row."""
+    overlaps (found by bisection among the day's hour starts), then looked up per row by hour index."""
     start, end = scope.bounds
-    hours = sorted({h.to_pydatetime() for h in frame["hour"].unique()})
-    ends = [min(h.replace(minute=0, second=0, microsecond=0) + timedelta(hours=1), end) for h in hours]
-    held: dict[tuple[int, datetime], list[str]] = defaultdict(list)
+    hours = sorted(pd.unique(frame["hour"]))
+    starts = [pd.Timestamp(h).to_pydatetime() for h in hours]
+    held: dict[tuple[int, int], list[str]] = defaultdict(list)
     for gpu_id, spans in holdings_between(user, frame["gpu_id"].unique().tolist(), start=start, end=end,
                                           now=scope.now).items():
         for span in spans:
             if not span.holding.visible:
                 continue
-            for hour, hour_end in zip(hours, ends, strict=True):
-                if span.start < hour_end and span.end > hour:
-                    labels = held[(gpu_id, hour)]
-                    if span.holding.label not in labels:
-                        labels.append(span.holding.label)
+            # the hours whose [start, next start) meets [span.start, span.end)
+            first = max(0, bisect_right(starts, span.start) - 1)
+            for column in range(first, bisect_left(starts, span.end)):
+                labels = held[(gpu_id, column)]
+                if span.holding.label not in labels:
+                    labels.append(span.holding.label)
     if not held:
         return [[] for _ in range(len(frame))]
-    keys = zip(frame["gpu_id"].tolist(), (h.to_pydatetime() for h in frame["hour"]), strict=True)
-    return [held.get(key, []) for key in keys]
+    columns = pd.Categorical(frame["hour"], categories=hours).codes.tolist()
+    return [held.get(key, []) for key in zip(frame["gpu_id"].tolist(), columns, strict=True)]
 
 
 def timeline(hours: pd.DataFrame, scope: BoardScope) -> pd.DataFrame:

@@ -18,14 +18,14 @@ from django.conf import settings
 from django.db.models import Q, Sum
 
 from accounting.models import DailyHolderUsage
-from accounting.money.pricing import line_amount
+from accounting.money.pricing import card_hours, line_amount
 from accounting.money.statements import cost_team_ids
-from accounting.usage.figures import row_figures
 from accounting.usage.states import IDLE
 from boards.figures import rate_of, rates_between, zero_money
 from boards.maths import percent
 from boards.scope import BoardScope
 from cluster.models import Booking, Job
+from teams.models import Team
 from teams.selectors import visible_team_ids
 
 TOP = 20
@@ -48,6 +48,7 @@ class IdleRow:
     idle_share: Decimal | None
     idle_cost: Decimal | None
     idle_ticks: int
+    allocated_ticks: int = 0
     unplaced: bool = False
 
 
@@ -84,25 +85,22 @@ def _rows(scope: BoardScope, holders: dict, user) -> list[IdleRow]:
     cost_teams = cost_team_ids(user)
     currency = settings.CARDHOUR_CURRENCY
     rates = rates_between(scope.day, scope.day)
-    job_ids = [i for (kind, i) in holders if kind == "job"]
-    booking_ids = [i for (kind, i) in holders if kind == "booking"]
-    jobs = {j.pk: j for j in Job.objects.filter(pk__in=job_ids).select_related("team", "project").only(
-        "external_id", "name", "user", "gpu_count", "team_id", "team__name", "project_id", "project__name")}
-    bookings = {b.pk: b for b in Booking.objects.filter(pk__in=booking_ids).select_related("team", "project", "booker").only(
-        "note", "gpu_count", "team_id", "team__name", "project_id", "project__name", "booker_id", "booker__username")}
+    team_names = dict(Team.objects.filter(pk__in={e["team"] for e in holders.values()} - {None}).values_list("pk", "name"))
+    shown = {key for key, entry in holders.items() if visible is None or entry["team"] in visible}
+    jobs = {pk: rest for pk, *rest in Job.objects.filter(pk__in=[i for k, i in shown if k == "job"]).values_list(
+        "pk", "external_id", "name", "user", "gpu_count", "project__name")}
+    bookings = {pk: rest for pk, *rest in Booking.objects.filter(pk__in=[i for k, i in shown if k == "booking"]).values_list(
+        "pk", "note", "gpu_count", "project__name", "booker__username")}
     out: list[IdleRow] = []
-    folded: dict[int | None, dict] = defaultdict(lambda: {"allocated": 0, "idle": 0, "count": 0, "name": ""})
+    folded: dict[int | None, dict] = defaultdict(lambda: {"allocated": 0, "idle": 0, "count": 0})
     for (kind, object_id), entry in holders.items():
         idle_ticks = sum(entry["idle"].values())
         team_id = entry["team"]
-        obj = jobs.get(object_id) if kind == "job" else bookings.get(object_id)
-        team_name = obj.team.name if obj is not None and obj.team_id else ""
-        if not (visible is None or team_id in visible):
+        if (kind, object_id) not in shown:
             fold = folded[team_id]
             fold["allocated"] += entry["allocated"]
             fold["idle"] += idle_ticks
             fold["count"] += 1
-            fold["name"] = team_name
             continue
         cost = None
         if cost_teams is None or team_id in cost_teams:
@@ -111,28 +109,26 @@ def _rows(scope: BoardScope, holders: dict, user) -> list[IdleRow]:
                 price = rate_of(rates, model_id, scope.day)
                 if price is not None:
                     cost += line_amount(ticks, price, currency)
-        out.append(_row(kind, object_id, obj, team_name, entry["allocated"], idle_ticks, cost, entry["unplaced"]))
-    for fold in folded.values():
-        out.append(_row("team", None, None, fold["name"], fold["allocated"], fold["idle"], None, False,
-                        holders=fold["count"]))
-    out.sort(key=lambda r: (-r.idle_ticks, -r.allocated_card_hours, r.team.casefold(), r.label))
+        if kind == "job":
+            external_id, name, person, gpus, project = jobs.get(object_id, ("", "", "", None, None))
+            label = f"{external_id} · {name}" if name and name != external_id else external_id
+        else:
+            note, gpus, project, person = bookings.get(object_id, ("", None, None, ""))
+            label, gpus = f"#{object_id}" + (f" · {note}" if note else ""), Decimal(gpus) if gpus is not None else None
+        out.append(_row(kind, object_id, label, team_names.get(team_id, ""), project or "", person or "", gpus,
+                        entry["allocated"], idle_ticks, cost, entry["unplaced"]))
+    for team_id, fold in folded.items():
+        out.append(_row("team", None, "", team_names.get(team_id, ""), "", "", None, fold["allocated"], fold["idle"],
+                        None, False, holders=fold["count"]))
+    out.sort(key=lambda r: (-r.idle_ticks, -r.allocated_ticks, r.team.casefold(), r.label))
     return out
 
 
-def _row(kind, object_id, obj, team, allocated, idle, cost, unplaced, holders: int = 1) -> IdleRow:
-    figures = row_figures({IDLE: idle, "busy": allocated - idle}, gpu_level=False)
-    if kind == "job" and obj is not None:
-        label = f"{obj.external_id} · {obj.name}" if obj.name and obj.name != obj.external_id else obj.external_id
-        project, person, gpus = (obj.project.name if obj.project else ""), obj.user, obj.gpu_count
-    elif kind == "booking" and obj is not None:
-        label = f"#{obj.pk}" + (f" · {obj.note}" if obj.note else "")
-        project = obj.project.name if obj.project else ""
-        person, gpus = (obj.booker.get_username() if obj.booker else ""), Decimal(obj.gpu_count)
-    else:
-        label, project, person, gpus = "", "", "", None
+def _row(kind, object_id, label, team, project, person, gpus, allocated, idle, cost, unplaced,
+         holders: int = 1) -> IdleRow:
     return IdleRow(
         kind=kind, object_id=object_id, label=label, team=team, project=project, user=person, gpus=gpus,
-        holders=holders, idle_card_hours=figures["card_hours_idle"], allocated_card_hours=figures["card_hours_allocated"],
+        holders=holders, idle_card_hours=card_hours(idle), allocated_card_hours=card_hours(allocated),
         idle_share=percent(Fraction(idle, allocated)) if allocated else None, idle_cost=cost, idle_ticks=idle,
-        unplaced=unplaced,
+        allocated_ticks=allocated, unplaced=unplaced,
     )
