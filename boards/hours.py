@@ -99,7 +99,9 @@ def day_hours(scope: BoardScope, *, user, done: datetime | None = None) -> pd.Da
     hour_end = (frame["hour"].dt.floor("h") + pd.Timedelta(hours=1)).clip(upper=pd.Timestamp(end))
     frame["partial"] = hour_end > pd.Timestamp(done or computed_to(scope))
     names = dict(Team.objects.filter(pk__in={t for ids in frame["team_ids"] if ids for t in ids}).values_list("pk", "name"))
-    frame["teams"] = [sorted(names.get(t, "") for t in ids) if ids else [] for ids in frame["team_ids"]]
+    teams_of: dict[tuple, list[str]] = {(): []}  # GPU-hours share a few sets of teams: each named once
+    frame["teams"] = [teams_of.get(key) or teams_of.setdefault(key, sorted(names.get(t, "") for t in key))
+                      for key in (tuple(ids) if ids else () for ids in frame["team_ids"])]
     frame["holders"] = _holders(scope, user, frame)
     return frame[HOUR_COLUMNS]
 

@@ -18,13 +18,14 @@ from django.conf import settings
 from django.db.models import Q, Sum
 
 from accounting.models import DailyHolderUsage
-from accounting.money.pricing import card_hours, line_amount
+from accounting.money.pricing import line_amount
 from accounting.money.statements import cost_team_ids
 from accounting.usage.states import IDLE
 from boards.figures import rate_of, rates_between, zero_money
 from boards.maths import percent
 from boards.scope import BoardScope
 from cluster.models import Booking, Job
+from core.units import TICKS_PER_CARD_HOUR
 from teams.models import Team
 from teams.selectors import visible_team_ids
 
@@ -122,6 +123,11 @@ def _rows(scope: BoardScope, holders: dict, user) -> list[IdleRow]:
                         None, False, holders=fold["count"]))
     out.sort(key=lambda r: (-r.idle_ticks, -r.allocated_ticks, r.team.casefold(), r.label))
     return out
+
+
+def card_hours(ticks: int) -> Decimal:
+    """Whole ticks as card-hours with 4 places, half up (integer arithmetic: a ranking has thousands)."""
+    return Decimal((2 * ticks * 10**4 + TICKS_PER_CARD_HOUR) // (2 * TICKS_PER_CARD_HOUR)).scaleb(-4)
 
 
 def _row(kind, object_id, label, team, project, person, gpus, allocated, idle, cost, unplaced,
