@@ -46,7 +46,7 @@ _HOURS_SQL = """
 """
 
 _BANDS_SQL = """
-    SELECT h.team_id, CASE {cases} END AS band, sum(h.ticks)
+    SELECT h.team_id, CASE {cases} END AS band, sum(h.ticks)::bigint
     FROM {hourly} h
     JOIN {gpu} g ON g.id = h.gpu_id
     JOIN {node} n ON n.id = g.node_id
@@ -64,9 +64,10 @@ def _tables() -> dict:
 
 def _sums(team_id: int | None) -> str:
     mine = "TRUE" if team_id is None else "coalesce(h.team_id = %(team)s, FALSE)"
-    parts = [f"coalesce(sum(h.ticks) FILTER (WHERE h.state = '{state}' AND {mine}), 0)" for state in ALLOCATED_STATES]
-    parts.append(f"coalesce(sum(h.ticks) FILTER (WHERE h.state IN ('busy', 'idle', 'unmeasured') AND NOT {mine}), 0)")
-    parts += [f"coalesce(sum(h.ticks) FILTER (WHERE h.state = '{state}'), 0)" for state in (UNALLOCATED, DOWN)]
+    # ::bigint: PostgreSQL sums bigints as numeric, which would arrive as 144,000 Decimals at 1,000 GPUs
+    parts = [f"coalesce(sum(h.ticks) FILTER (WHERE h.state = '{state}' AND {mine}), 0)::bigint" for state in ALLOCATED_STATES]
+    parts.append(f"coalesce(sum(h.ticks) FILTER (WHERE h.state IN ('busy', 'idle', 'unmeasured') AND NOT {mine}), 0)::bigint")
+    parts += [f"coalesce(sum(h.ticks) FILTER (WHERE h.state = '{state}'), 0)::bigint" for state in (UNALLOCATED, DOWN)]
     return ",\n           ".join(parts)
 
 

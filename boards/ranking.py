@@ -72,6 +72,7 @@ def idle_ranking(scope: BoardScope, *, user) -> list[IdleRow]:
     holders: dict[tuple, dict] = defaultdict(lambda: {"allocated": 0, "idle": defaultdict(int), "team": None,
                                                       "unplaced": False})
     for job_id, booking_id, team_id, model_id, state, total in rows:
+        total = int(total)  # PostgreSQL's sum of bigints is numeric: ticks stay integers here
         entry = holders[("job", job_id) if job_id else ("booking", booking_id)]
         entry["team"] = team_id
         entry["allocated"] += total
