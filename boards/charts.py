@@ -15,22 +15,22 @@ from html import escape
 import numpy as np
 import pandas as pd
 
+from accounting.usage.states import BUSY, DOWN, IDLE, UNALLOCATED, UNMEASURED
 from boards.maths import (
     BANDS,
     CELL_KINDS,
     MEASURED,
     OTHER_TEAMS,
+    SERIES,
     band_label,
     band_shares,
     cell_kinds,
-    percent,
     total_bands,
 )
+from cluster.jobs.kpis import percent
 from cluster.telemetry.charts import NO_DATA_COLOUR, UTIL_SCALE
 from core.units import TICKS_PER_CARD_HOUR
 
-BUSY, IDLE, UNMEASURED, UNALLOCATED, DOWN = "busy", "idle", "unmeasured", "unallocated", "down"
-SERIES = (BUSY, IDLE, UNMEASURED, OTHER_TEAMS, UNALLOCATED, DOWN)
 COLOURS = {
     BUSY: "#2e9e5b", IDLE: "#f0a202", UNMEASURED: NO_DATA_COLOUR, OTHER_TEAMS: "#8da0cb",
     UNALLOCATED: "#eceef2", DOWN: "#b03a2e",

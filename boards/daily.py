@@ -15,10 +15,11 @@ from boards.charts import heatmap_matrix
 from boards.figures import Headline, headline
 from boards.health import NodeHealth, node_health
 from boards.hours import SERIES, computed_to, day_hours, timeline, utilization_bands
-from boards.maths import BANDS, CELL_KINDS, band_label, band_shares, percent, total_bands
+from boards.maths import BANDS, CELL_KINDS, band_label, band_shares, total_bands
 from boards.movers import AlwaysFull, LongIdle, always_full, long_idle
 from boards.ranking import IdleRow, idle_ranking
 from boards.scope import BoardScope
+from cluster.jobs.kpis import percent
 from core.units import TICKS_PER_CARD_HOUR
 from teams.models import Team
 

@@ -24,11 +24,11 @@ from datetime import date, timedelta
 from decimal import Decimal
 
 from django.conf import settings
-from django.db.models import Count, Q, Sum
+from django.db.models import Count, Sum
 
-from accounting.models import DailyUnplacedUsage, DailyUsage, Quota, RateCard
-from accounting.money.close import current_policy
-from accounting.money.pricing import Rate, line_amount, price_usage
+from accounting.models import DailyUnplacedUsage, DailyUsage, Quota
+from accounting.money.close import current_policy, rate_cards
+from accounting.money.pricing import Rate, line_amount, lines_of, price_usage, rate_on, team_totals
 from accounting.money.statements import cost_team_ids
 from accounting.quotas.selectors import QuotaStatus, quota_statuses
 from accounting.usage.figures import row_figures
@@ -40,9 +40,9 @@ from boards.maths import (
     card_hours_by_state,
     change_against,
     efficiency,
-    percent,
 )
-from boards.scope import BoardScope
+from boards.scope import COMPARED_DAYS, BoardScope
+from cluster.jobs.kpis import percent
 from core.money import MINOR_UNITS
 from teams.models import Team
 from teams.selectors import visible_team_ids
@@ -103,18 +103,6 @@ class Headline:
     sees_all_costs: bool
 
 
-def rates_between(first: date, last: date) -> list[Rate]:
-    cards = RateCard.objects.filter(valid_from__lte=last).filter(Q(valid_until__isnull=True) | Q(valid_until__gt=first))
-    return [Rate(c.gpu_model_id, c.valid_from, c.valid_until, c.price_per_card_hour) for c in cards]
-
-
-def rate_of(rates: list[Rate], model_id: int | None, day: date) -> Decimal | None:
-    for rate in rates:
-        if rate.gpu_model_id == model_id and rate.valid_from <= day and (rate.valid_until is None or day < rate.valid_until):
-            return rate.price
-    return None
-
-
 def _read_days(scope: BoardScope) -> tuple[dict[date, _Day], Counter, Counter, dict[tuple, int]]:
     """(per day of the comparison, the day's team × state ticks, the day's unplaced ticks per team,
     the day's allocated ticks per (team, project, model, state) for pricing). Three queries."""
@@ -161,11 +149,11 @@ def _idle_costs(day: date, idle: Counter, rates: list[Rate], currency: str, team
     for (team_id, model_id), ticks in idle.items():
         if teams is not None and team_id not in teams:
             continue
-        price = rate_of(rates, model_id, day)
-        if price is None:
+        rate = rate_on(rates, model_id, day)
+        if rate is None:
             unpriced = True
             continue
-        costs[team_id] += line_amount(ticks, price, currency)
+        costs[team_id] += line_amount(ticks, rate.price, currency)
     return costs, unpriced
 
 
@@ -173,22 +161,20 @@ def headline(scope: BoardScope, *, user) -> Headline:
     """The tiles and the team table of ``scope`` as ``user`` may see them. Seven queries at most."""
     currency = settings.CARDHOUR_CURRENCY
     days, team_ticks, unplaced, priced = _read_days(scope)
-    rates = rates_between(scope.compared_from, scope.day)
+    rates = rate_cards(scope.compared_from, scope.day + timedelta(days=1))
     cost_teams = cost_team_ids(user)
     sees_costs = cost_teams is None or bool(cost_teams)
     idle_cost_of: dict[date, Decimal | None] = {}
+    today_costs: dict = {}
     unpriced = False
     for day, entry in days.items():
         costs, missing = _idle_costs(day, entry.idle_by_team_model, rates, currency, cost_teams)
         idle_cost_of[day] = sum(costs.values(), zero_money()) if sees_costs else None
-        unpriced |= missing and day == scope.day
+        if day == scope.day:
+            today_costs, unpriced = costs, missing
     tiles = _tiles(scope, days, idle_cost_of)
-    today_costs, _missing = _idle_costs(scope.day, days[scope.day].idle_by_team_model if scope.day in days else Counter(),
-                                        rates, currency, cost_teams)
     entries, unpriced_usage = price_usage(usage=priced, rates=rates, policy=current_policy())
-    usage_cost: dict[int, Decimal] = defaultdict(zero_money)
-    for line_key, ticks in _lines(entries).items():
-        usage_cost[line_key[0]] += line_amount(ticks, line_key[2], currency, line_key[1])
+    usage_cost = team_totals(lines_of(entries, currency))  # each line priced once, as a close prices it
     teams = _team_rows(scope, team_ticks, unplaced, today_costs, usage_cost, cost_teams, user)
     unplaced_ch = row_figures({UNMEASURED: sum(unplaced.values())}, gpu_level=False)["card_hours_unmeasured"]
     return Headline(tiles=tiles, teams=teams, unplaced_card_hours=unplaced_ch,
@@ -196,16 +182,8 @@ def headline(scope: BoardScope, *, user) -> Headline:
                     sees_all_costs=cost_teams is None)
 
 
-def _lines(entries) -> Counter:
-    """Entries summed per (team, kind, rate): each priced once, as a statement line is."""
-    out: Counter = Counter()
-    for entry in entries:
-        out[(entry.team_id, entry.kind, entry.rate)] += entry.ticks
-    return out
-
-
 def _tiles(scope: BoardScope, days: dict[date, _Day], idle_cost_of: dict) -> list[Tile]:
-    earlier = [scope.day - timedelta(days=n) for n in range(1, 8)]
+    earlier = [scope.day - timedelta(days=n) for n in range(1, COMPARED_DAYS + 1)]
     earlier = [d for d in earlier if d in days and days[d].gpus]
 
     def figures(day: date) -> dict:

@@ -64,6 +64,19 @@ class BoardFilterForm(forms.Form):
             raise forms.ValidationError(DATE_RULE, code="outside")
         return day
 
+    @classmethod
+    def for_page(cls, data, *, now: datetime) -> BoardFilterForm:
+        """A valid form for a page: ``data`` when its parameters are valid, else the default board
+        (yesterday, unfiltered) with ``data``'s errors in ``shown_errors`` for the page to show."""
+        form = cls(data, now=now)
+        if form.is_valid():
+            form.shown_errors = {}
+            return form
+        fallback = cls({}, now=now)
+        fallback.is_valid()
+        fallback.shown_errors = form.errors
+        return fallback
+
     def scope(self) -> BoardScope:
         """The board's scope from valid parameters (call after :meth:`is_valid`)."""
         data = self.cleaned_data

@@ -15,18 +15,15 @@ from datetime import datetime
 
 import pandas as pd
 from django.db import connection
-from django.utils.translation import gettext
 
 from accounting.models import HourlyUsage, UsageAggregateState
-from accounting.usage.states import ALLOCATED_STATES, BUSY, DOWN, IDLE, UNALLOCATED, UNMEASURED
-from boards.maths import BANDS, OTHER_TEAMS
+from accounting.usage.states import ALLOCATED_STATES, DOWN, UNALLOCATED
+from boards.maths import BANDS, SERIES
 from boards.scope import BoardScope
 from cluster.inventory.holders import holdings_between
 from cluster.models import Gpu, HourRollup, Node
-from core.units import TICKS_PER_CARD_HOUR
 from teams.models import Team
 
-SERIES = (BUSY, IDLE, UNMEASURED, OTHER_TEAMS, UNALLOCATED, DOWN)
 HOUR_COLUMNS = ["gpu_id", "node", "label", "hour", *SERIES, "util", "teams", "holders", "partial"]
 TIMELINE_COLUMNS = ["hour", *SERIES, "capacity", "partial"]
 
@@ -157,12 +154,3 @@ def utilization_bands(scope: BoardScope) -> dict[int | None, list[int]]:
         for team_id, band, ticks in cursor.fetchall():
             out[team_id][band] += int(ticks)
     return dict(out)
-
-
-def card_hours(ticks: int) -> float:
-    """Ticks as card-hours for a chart axis (a float: the charts draw, the tables count)."""
-    return ticks / TICKS_PER_CARD_HOUR
-
-
-def team_label(team_id: int | None, names: dict) -> str:
-    return names.get(team_id) or gettext("No team")

@@ -5,7 +5,6 @@ runs of days and the utilization bands. Usage stays in integer ticks until the f
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import date, timedelta
@@ -21,20 +20,6 @@ from accounting.usage.states import ALLOCATED_STATES, BUSY, DOWN, IDLE, STATES, 
 
 # Allocated ticks of other teams than the one a board is filtered to: part of capacity, in none of its states.
 OTHER_TEAMS = "other_teams"
-TILE_KEYS = (
-    "capacity_gpus", "capacity_card_hours", "allocation_rate", "efficiency", "idle_card_hours", "idle_cost",
-    "unmeasured_card_hours", "unallocated_card_hours", "down_card_hours",
-)
-
-
-def percent(value: Fraction | None) -> Decimal | None:
-    """A ratio as a percentage with one decimal, half up; None stays None."""
-    if value is None:
-        return None
-    scaled = value * 1000
-    return Decimal(int(scaled + Fraction(1, 2)) if scaled >= 0 else -int(-scaled + Fraction(1, 2))).scaleb(-1)
-
-
 def allocation_rate(ticks: Mapping[str, int]) -> Fraction | None:
     """Allocated ÷ (capacity − down) (DESIGN.md §4), where capacity is every tick given (other teams' too,
 under a team filter); None when every tick was down or there is none."""
@@ -85,15 +70,7 @@ def change_against(value: Decimal | None, earlier: Iterable[Decimal | None]) -> 
 
 # ---- timeline ------------------------------------------------------------------------------------------------
 
-TIMELINE_STATES = (BUSY, IDLE, UNMEASURED, UNALLOCATED, DOWN)
-
-
-def timeline_state(state: str, team_id: int | None, team_filter: int | None) -> str:
-    """The series a row of hourly usage goes in: its state, or :data:`OTHER_TEAMS` for allocated ticks of
-    another team than the one the board is filtered to (so every bucket still adds up to capacity)."""
-    if team_filter is not None and state in ALLOCATED_STATES and team_id != team_filter:
-        return OTHER_TEAMS
-    return state
+SERIES = (BUSY, IDLE, UNMEASURED, OTHER_TEAMS, UNALLOCATED, DOWN)  # the timeline's, in stacking order
 
 
 # ---- heatmap cells -------------------------------------------------------------------------------------------
@@ -182,16 +159,6 @@ def band_of(util_pct: float) -> int:
     return len(BANDS) - 1
 
 
-def band_ticks(rows: Iterable[tuple[int | None, float, int]]) -> dict[int | None, list[int]]:
-    """Allocated measured ticks per team and band, from (team id, the GPU-hour's mean utilization, the
-    team's busy + idle ticks in that GPU-hour): pooled by GPU-hours, not averaged per job."""
-    out: dict[int | None, list[int]] = {}
-    for team_id, util, ticks in rows:
-        if ticks > 0 and util is not None:
-            out.setdefault(team_id, [0] * len(BANDS))[band_of(util)] += ticks
-    return out
-
-
 def band_shares(ticks: Sequence[int]) -> list[Fraction | None]:
     total = sum(ticks)
     return [Fraction(part, total) if total else None for part in ticks]
@@ -203,10 +170,3 @@ def total_bands(per_team: Mapping[int | None, Sequence[int]]) -> list[int]:
         for position, part in enumerate(ticks):
             totals[position] += part
     return totals
-
-
-def counter_sum(counters: Iterable[Mapping[str, int]]) -> Counter:
-    out: Counter = Counter()
-    for counter in counters:
-        out.update(counter)
-    return out

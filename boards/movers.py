@@ -23,6 +23,7 @@ from accounting.models import DailyHolderUsage, DailyUsage
 from accounting.usage.states import BUSY, IDLE, UNALLOCATED
 from boards.maths import DayOfGpu, idle_since, run_length
 from boards.scope import BoardScope
+from cluster.inventory.holders import booking_label, job_label
 from cluster.models import Gpu, HourRollup, MinuteRollup
 from teams.selectors import visible_team_ids
 
@@ -142,10 +143,9 @@ def holders_on(scope: BoardScope, user, gpu_ids: list[int]) -> dict[int, GpuHold
             teams[gpu].append(team)
         if visible is None or team_id in visible:
             if job_id:
-                label = f"{external_id} · {name}" if name and name != external_id else external_id
-                item = ("job", job_id, label)
+                item = ("job", job_id, job_label(external_id, name))
             else:
-                item = ("booking", booking_id, f"#{booking_id}" + (f" · {note}" if note else ""))
+                item = ("booking", booking_id, booking_label(booking_id, note))
             if item not in labels[gpu]:
                 labels[gpu].append(item)
     return {gpu: GpuHolders(teams[gpu], labels[gpu]) for gpu in set(teams) | set(labels)}

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass
+from datetime import timedelta
 from decimal import Decimal
 from fractions import Fraction
 
@@ -18,14 +19,15 @@ from django.conf import settings
 from django.db.models import Q, Sum
 
 from accounting.models import DailyHolderUsage
-from accounting.money.pricing import line_amount
+from accounting.money.close import rate_cards
+from accounting.money.pricing import card_hours, line_amount, rate_on
 from accounting.money.statements import cost_team_ids
 from accounting.usage.states import IDLE
-from boards.figures import rate_of, rates_between, zero_money
-from boards.maths import percent
+from boards.figures import zero_money
 from boards.scope import BoardScope
+from cluster.inventory.holders import booking_label, job_label
+from cluster.jobs.kpis import percent
 from cluster.models import Booking, Job
-from core.units import TICKS_PER_CARD_HOUR
 from teams.models import Team
 from teams.selectors import visible_team_ids
 
@@ -86,7 +88,7 @@ def _rows(scope: BoardScope, holders: dict, user) -> list[IdleRow]:
     visible = visible_team_ids(user)
     cost_teams = cost_team_ids(user)
     currency = settings.CARDHOUR_CURRENCY
-    rates = rates_between(scope.day, scope.day)
+    rates = rate_cards(scope.day, scope.day + timedelta(days=1))
     team_names = dict(Team.objects.filter(pk__in={e["team"] for e in holders.values()} - {None}).values_list("pk", "name"))
     shown = {key for key, entry in holders.items() if visible is None or entry["team"] in visible}
     jobs = {pk: rest for pk, *rest in Job.objects.filter(pk__in=[i for k, i in shown if k == "job"]).values_list(
@@ -108,15 +110,15 @@ def _rows(scope: BoardScope, holders: dict, user) -> list[IdleRow]:
         if cost_teams is None or team_id in cost_teams:
             cost = zero_money()
             for model_id, ticks in entry["idle"].items():
-                price = rate_of(rates, model_id, scope.day)
-                if price is not None:
-                    cost += line_amount(ticks, price, currency)
+                rate = rate_on(rates, model_id, scope.day)
+                if rate is not None:
+                    cost += line_amount(ticks, rate.price, currency)
         if kind == "job":
             external_id, name, person, gpus, project = jobs.get(object_id, ("", "", "", None, None))
-            label = f"{external_id} · {name}" if name and name != external_id else external_id
+            label = job_label(external_id, name)
         else:
             note, gpus, project, person = bookings.get(object_id, ("", None, None, ""))
-            label, gpus = f"#{object_id}" + (f" · {note}" if note else ""), Decimal(gpus) if gpus is not None else None
+            label, gpus = booking_label(object_id, note), Decimal(gpus) if gpus is not None else None
         out.append(_row(kind, object_id, label, team_names.get(team_id, ""), project or "", person or "", gpus,
                         entry["allocated"], idle_ticks, cost, entry["unplaced"]))
     for team_id, fold in folded.items():
@@ -124,11 +126,6 @@ def _rows(scope: BoardScope, holders: dict, user) -> list[IdleRow]:
                         None, False, holders=fold["count"]))
     out.sort(key=lambda r: (-r.idle_ticks, -r.allocated_ticks, r.team.casefold(), r.label))
     return out
-
-
-def card_hours(ticks: int) -> Decimal:
-    """Whole ticks as card-hours with 4 places, half up (integer arithmetic: a ranking has thousands)."""
-    return Decimal((2 * ticks * 10**4 + TICKS_PER_CARD_HOUR) // (2 * TICKS_PER_CARD_HOUR)).scaleb(-4)
 
 
 def _row(kind, object_id, label, team, project, person, gpus, allocated, idle, cost, unplaced,

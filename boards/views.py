@@ -39,15 +39,7 @@ def board_text() -> BoardText:
 
 
 def _form(request) -> BoardFilterForm:
-    form = BoardFilterForm(request.GET or None, now=timezone.now())
-    if not form.is_bound or not form.is_valid():
-        # invalid parameters are shown and the board falls back to its default (yesterday, unfiltered)
-        fallback = BoardFilterForm({}, now=form.now)
-        fallback.is_valid()
-        fallback.shown_errors = form.errors if form.is_bound else {}
-        return fallback
-    form.shown_errors = {}
-    return form
+    return BoardFilterForm.for_page(request.GET, now=timezone.now())
 
 
 def _my_teams(user) -> list[Team]:

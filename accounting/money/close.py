@@ -15,7 +15,7 @@ from decimal import Decimal
 
 from django.conf import settings
 from django.db import connection, transaction
-from django.db.models import Max, Sum
+from django.db.models import Max, Q, Sum
 from django.utils import timezone
 from django.utils.translation import gettext as _
 
@@ -159,13 +159,18 @@ def pricing_problems(unpriced: Sequence[tuple[int | None, date]]) -> list[str]:
     return problems
 
 
+def rate_cards(first: date, following: date) -> list[Rate]:
+    """The rate cards valid on some business day of ``[first, following)``, as the pricing sees them."""
+    cards = RateCard.objects.filter(valid_from__lt=following).filter(Q(valid_until__isnull=True) | Q(valid_until__gt=first))
+    return [Rate(card.gpu_model_id, card.valid_from, card.valid_until, card.price_per_card_hour) for card in cards]
+
+
 def priced_entries(first: date, following: date, *, now: datetime) -> tuple[list[Entry], list[str]]:
     """The entries a close of the business days ``[first, following)`` wants booked, every team's, and the
     problems of usage with no price: usage at the rate cards and policy, overflow beyond quotas, shared
     unallocated capacity, energy at the tariff. No completeness checks and no refresh of the aggregates:
     :func:`close_period` does those; the priced usage report (accounting/money/statements.py) calls this as is."""
-    rates = [Rate(card.gpu_model_id, card.valid_from, card.valid_until, card.price_per_card_hour)
-             for card in RateCard.objects.filter(valid_from__lt=following)]
+    rates = rate_cards(first, following)
     usage = period_usage(first, following)
     overflow = overflow_totals(team_overflow(
         team_ids=sorted({key[1] for key in usage}), start=business_day_bounds(first)[0],

@@ -94,8 +94,11 @@ def line_amount(ticks: int, rate: Decimal, currency: str, kind: str = "busy") ->
 
 
 def card_hours(ticks: int, kind: str = "busy") -> Decimal:
-    """The quantity a line shows: card-hours, or kWh for energy."""
-    return round_half_up(Fraction(ticks, units_per_priced_unit(kind)), CARD_HOUR_PLACES)
+    """The quantity a line shows: card-hours, or kWh for energy; half away from zero, in integer
+    arithmetic (the board's ranking converts thousands of them a request)."""
+    unit, scale = units_per_priced_unit(kind), 10**CARD_HOUR_PLACES
+    units = (2 * abs(ticks) * scale + unit) // (2 * unit)
+    return Decimal(-units if ticks < 0 else units).scaleb(-CARD_HOUR_PLACES)
 
 
 def lines_of(entries: Iterable[Entry], currency: str) -> list[Line]:

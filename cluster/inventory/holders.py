@@ -120,6 +120,16 @@ def current_utilization(gpu_ids: Sequence[int], *, now: datetime) -> dict[int, t
     return {gpu_id: (util, bucket) for gpu_id, util, bucket in rows}
 
 
+def job_label(external_id: str, name: str) -> str:
+    """How a job reads wherever it is listed: its id, and its name where it has another."""
+    return f"{external_id} · {name}" if name and name != external_id else external_id
+
+
+def booking_label(booking_id: int, note: str) -> str:
+    """How a booking reads: its number, and its purpose where it has one."""
+    return f"#{booking_id}" + (f" · {note}" if note else "")
+
+
 def _sees(team_id: int | None, visible: frozenset[int] | None) -> bool:
     return visible is None or (team_id is not None and team_id in visible)
 
@@ -153,9 +163,8 @@ def current_holdings(user, gpu_ids: Sequence[int], *, now: datetime) -> dict[int
         seen.add((gpu_id, job_id))
         team = team or gettext("Unattributed")
         if _sees(team_id, visible):
-            label = f"{external_id} · {name}" if name and name != external_id else external_id
             held[gpu_id].append(Holding(
-                HoldingKind.JOB, team, True, job_id, label, job_user, project or "", start,
+                HoldingKind.JOB, team, True, job_id, job_label(external_id, name), job_user, project or "", start,
             ))
         else:
             held[gpu_id].append(Holding(HoldingKind.JOB, team, False))
@@ -172,9 +181,8 @@ def current_holdings(user, gpu_ids: Sequence[int], *, now: datetime) -> dict[int
         if kind == HoldKind.MAINTENANCE:
             held[gpu_id].append(Holding(HoldingKind.MAINTENANCE, "", True, label=str(HoldKind.MAINTENANCE.label)))
         elif _sees(team_id, visible):
-            label = f"#{booking_id}" + (f" · {note}" if note else "")
             held[gpu_id].append(Holding(
-                HoldingKind.BOOKING, team, True, booking_id, label, booker or "", project or "", during.lower,
+                HoldingKind.BOOKING, team, True, booking_id, booking_label(booking_id, note), booker or "", project or "", during.lower,
             ))
         else:
             held[gpu_id].append(Holding(HoldingKind.BOOKING, team, False))
@@ -262,8 +270,7 @@ def holdings_between(user, gpu_ids: Sequence[int], *, start: datetime, end: date
         seen.add(key)
         team = team or gettext("Unattributed")
         if _sees(team_id, visible):
-            label = f"{external_id} · {name}" if name and name != external_id else external_id
-            holding = Holding(HoldingKind.JOB, team, True, job_id, label)
+            holding = Holding(HoldingKind.JOB, team, True, job_id, job_label(external_id, name))
         else:
             holding = Holding(HoldingKind.JOB, team, False)
         out[physical].append(HeldSpan(lo, hi or now, holding))
@@ -273,7 +280,7 @@ def holdings_between(user, gpu_ids: Sequence[int], *, start: datetime, end: date
     )
     for gpu_id, booking_id, team_id, team, note, during in holds:
         if _sees(team_id, visible):
-            holding = Holding(HoldingKind.BOOKING, team, True, booking_id, f"#{booking_id}" + (f" · {note}" if note else ""))
+            holding = Holding(HoldingKind.BOOKING, team, True, booking_id, booking_label(booking_id, note))
         else:
             holding = Holding(HoldingKind.BOOKING, team, False)
         out[gpu_id].append(HeldSpan(during.lower, during.upper, holding))

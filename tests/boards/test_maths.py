@@ -16,16 +16,15 @@ from boards.maths import (
     DayOfGpu,
     allocation_rate,
     band_of,
-    band_ticks,
     card_hours_by_state,
     cell_kind,
     cell_kinds,
     change_against,
     efficiency,
     idle_since,
-    percent,
     rests,
 )
+from cluster.jobs.kpis import percent
 from core.units import TICKS_PER_CARD_HOUR
 
 H = TICKS_PER_CARD_HOUR
@@ -79,11 +78,6 @@ def test_the_column_wise_kinds_are_the_reference_kinds(cells):
 def test_every_utilization_has_one_band(util):
     lo, hi = BANDS[band_of(util)]
     assert lo <= util < hi or (util == 100 and hi == 100)
-
-
-def test_bands_pool_ticks_by_gpu_hour():
-    bands = band_ticks([(1, 3.0, 10), (1, 80.0, 30), (2, 30.0, 5), (2, None, 7), (1, 50.0, 0)])
-    assert bands == {1: [10, 0, 0, 0, 30], 2: [0, 0, 5, 0, 0]}
 
 
 def test_long_idle_counts_whole_days_across_a_month_boundary():
