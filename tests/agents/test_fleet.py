@@ -14,18 +14,19 @@ from tests.agents.agent_helpers import ROOT, free_port_run, get_json, wait_for
 
 
 def test_it_plans_the_demo_cluster():
-    plan = plan_fleet(nodes=8, models="H200:4,H100:2,L40S:2", base_port=9400, prefix="gpu-", mig="gpu-h100-01",
+    base = free_port_run(8)  # a plan binds nothing, but its ports are ones free on this machine
+    plan = plan_fleet(nodes=8, models="H200:4,H100:2,L40S:2", base_port=base, prefix="gpu-", mig="gpu-h100-01",
                       maintenance="gpu-l40s-02")
-    assert [(n.hostname, n.port, n.spec.short_name, n.mig, n.maintenance) for n in plan] == [
-        ("gpu-h200-01", 9400, "H200", False, False), ("gpu-h200-02", 9401, "H200", False, False),
-        ("gpu-h200-03", 9402, "H200", False, False), ("gpu-h200-04", 9403, "H200", False, False),
-        ("gpu-h100-01", 9404, "H100", True, False), ("gpu-h100-02", 9405, "H100", False, False),
-        ("gpu-l40s-01", 9406, "L40S", False, False), ("gpu-l40s-02", 9407, "L40S", False, True),
+    assert [(n.hostname, n.port - base, n.spec.short_name, n.mig, n.maintenance) for n in plan] == [
+        ("gpu-h200-01", 0, "H200", False, False), ("gpu-h200-02", 1, "H200", False, False),
+        ("gpu-h200-03", 2, "H200", False, False), ("gpu-h200-04", 3, "H200", False, False),
+        ("gpu-h100-01", 4, "H100", True, False), ("gpu-h100-02", 5, "H100", False, False),
+        ("gpu-l40s-01", 6, "L40S", False, False), ("gpu-l40s-02", 7, "L40S", False, True),
     ]
 
 
 def test_it_splits_nodes_evenly_without_counts():
-    plan = plan_fleet(nodes=8, models="H200,H100,L40S", base_port=9400, prefix="sim-")
+    plan = plan_fleet(nodes=8, models="H200,H100,L40S", base_port=free_port_run(8), prefix="sim-")
     assert [n.hostname for n in plan] == [
         "sim-h200-01", "sim-h200-02", "sim-h200-03", "sim-h100-01", "sim-h100-02", "sim-h100-03",
         "sim-l40s-01", "sim-l40s-02",
@@ -40,7 +41,7 @@ def test_it_splits_nodes_evenly_without_counts():
      ({"models": "H200", "maintenance": "gpu-h200-01,nope"}, "--maintenance")],
 )
 def test_it_names_the_option_of_a_bad_plan(kwargs, key):
-    kwargs = {"nodes": None, "base_port": 9400, "prefix": "gpu-", **kwargs}
+    kwargs = {"nodes": None, "base_port": free_port_run(4), "prefix": "gpu-", **kwargs}
     with pytest.raises(ConfigError) as error:
         plan_fleet(**kwargs)
     assert error.value.key == key
@@ -48,10 +49,11 @@ def test_it_names_the_option_of_a_bad_plan(kwargs, key):
 
 def test_it_keeps_tokens_it_finds_and_adds_missing_ones(tmp_path):
     path = tmp_path / "tokens.json"
-    plan = plan_fleet(nodes=2, models="H200", base_port=9500, prefix="gpu-")
+    base = free_port_run(2)
+    plan = plan_fleet(nodes=2, models="H200", base_port=base, prefix="gpu-")
     path.write_text(json.dumps({"gpu-h200-01": {"url": "http://old:1", "token": "kept"}, "other": {"token": "x"}}))
     entries = sync_token_file(path, plan, url_host="127.0.0.1", gpus=8)
-    assert entries["gpu-h200-01"] == {"url": "http://127.0.0.1:9500", "token": "kept", "model": "NVIDIA H200",
+    assert entries["gpu-h200-01"] == {"url": f"http://127.0.0.1:{base}", "token": "kept", "model": "NVIDIA H200",
                                       "gpus": 8, "mig": False}
     assert len(entries["gpu-h200-02"]["token"]) >= 32 and entries["other"] == {"token": "x"}
     assert json.loads(path.read_text()) == entries
