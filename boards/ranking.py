@@ -13,10 +13,10 @@ from collections import defaultdict
 from dataclasses import dataclass
 from datetime import timedelta
 from decimal import Decimal
-from fractions import Fraction
 
 from django.conf import settings
-from django.db.models import Q, Sum
+from django.db.models import BigIntegerField, Q, Sum
+from django.db.models.functions import Cast, Coalesce
 
 from accounting.models import DailyHolderUsage
 from accounting.money.close import rate_cards
@@ -26,8 +26,9 @@ from accounting.usage.states import IDLE
 from boards.figures import zero_money
 from boards.scope import BoardScope
 from cluster.inventory.holders import booking_label, job_label
-from cluster.jobs.kpis import percent
+from cluster.jobs.kpis import percent_of
 from cluster.models import Booking, Job
+from core.queries import id_array
 from teams.models import Team
 from teams.selectors import visible_team_ids
 
@@ -69,18 +70,20 @@ def idle_ranking(scope: BoardScope, *, user) -> list[IdleRow]:
         query = query.filter(placed | unplaced)
     if scope.team_id is not None:
         query = query.filter(team_id=scope.team_id)
-    rows = (query.values_list("job_id", "booking_id", "team_id", "gpu__model_id", "state")
-            .annotate(total=Sum("ticks")).order_by())
-    holders: dict[tuple, dict] = defaultdict(lambda: {"allocated": 0, "idle": defaultdict(int), "team": None,
-                                                      "unplaced": False})
-    for job_id, booking_id, team_id, model_id, state, total in rows:
-        total = int(total)  # PostgreSQL's sum of bigints is numeric: ticks stay integers here
-        entry = holders[("job", job_id) if job_id else ("booking", booking_id)]
-        entry["team"] = team_id
+    rows = (query.values_list("job_id", "booking_id", "team_id", "gpu__model_id")
+            .annotate(total=Cast(Sum("ticks"), BigIntegerField()),
+                      idle=Cast(Coalesce(Sum("ticks", filter=Q(state=IDLE)), 0), BigIntegerField()))
+            .order_by())
+    holders: dict[tuple, dict] = {}
+    for job_id, booking_id, team_id, model_id, total, idle in rows:  # bigint: ticks stay integers, not Decimals
+        key = ("job", job_id) if job_id else ("booking", booking_id)
+        entry = holders.get(key)
+        if entry is None:
+            entry = holders[key] = {"allocated": 0, "idle": {}, "team": team_id, "unplaced": False}
         entry["allocated"] += total
         entry["unplaced"] |= model_id is None and job_id is not None
-        if state == IDLE:
-            entry["idle"][model_id] += total
+        if idle:
+            entry["idle"][model_id] = entry["idle"].get(model_id, 0) + idle
     return _rows(scope, holders, user)
 
 
@@ -91,7 +94,7 @@ def _rows(scope: BoardScope, holders: dict, user) -> list[IdleRow]:
     rates = rate_cards(scope.day, scope.day + timedelta(days=1))
     team_names = dict(Team.objects.filter(pk__in={e["team"] for e in holders.values()} - {None}).values_list("pk", "name"))
     shown = {key for key, entry in holders.items() if visible is None or entry["team"] in visible}
-    jobs = {pk: rest for pk, *rest in Job.objects.filter(pk__in=[i for k, i in shown if k == "job"]).values_list(
+    jobs = {pk: rest for pk, *rest in Job.objects.filter(pk__in=id_array(i for k, i in shown if k == "job")).values_list(
         "pk", "external_id", "name", "user", "gpu_count", "project__name")}
     bookings = {pk: rest for pk, *rest in Booking.objects.filter(pk__in=[i for k, i in shown if k == "booking"]).values_list(
         "pk", "note", "gpu_count", "project__name", "booker__username")}
@@ -133,6 +136,6 @@ def _row(kind, object_id, label, team, project, person, gpus, allocated, idle, c
     return IdleRow(
         kind=kind, object_id=object_id, label=label, team=team, project=project, user=person, gpus=gpus,
         holders=holders, idle_card_hours=card_hours(idle), allocated_card_hours=card_hours(allocated),
-        idle_share=percent(Fraction(idle, allocated)) if allocated else None, idle_cost=cost, idle_ticks=idle,
+        idle_share=percent_of(idle, allocated), idle_cost=cost, idle_ticks=idle,
         allocated_ticks=allocated, unplaced=unplaced,
     )

@@ -89,8 +89,14 @@ def round_half_up(value: Fraction, places: int) -> Decimal:
 
 
 def line_amount(ticks: int, rate: Decimal, currency: str, kind: str = "busy") -> Decimal:
-    """Exact usage × rate (per card-hour; energy: per kWh), rounded once to the currency's minor unit."""
-    return round_half_up(Fraction(ticks) * Fraction(rate) / units_per_priced_unit(kind), MINOR_UNITS[currency])
+    """Exact usage × rate (per card-hour; energy: per kWh), rounded once to the currency's minor unit, ties
+    away from zero: :func:`round_half_up` of the exact product, in integer arithmetic (the board prices
+    thousands of allocations a request)."""
+    numerator, denominator = rate.as_integer_ratio()
+    places = MINOR_UNITS[currency]
+    scaled, divisor = abs(ticks * numerator) * 10**places, denominator * units_per_priced_unit(kind)
+    whole = (2 * scaled + divisor) // (2 * divisor)
+    return Decimal(-whole if ticks * numerator < 0 else whole).scaleb(-places)
 
 
 def card_hours(ticks: int, kind: str = "busy") -> Decimal:

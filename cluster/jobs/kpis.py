@@ -228,6 +228,16 @@ def percent(ratio: Fraction | None, places: int = 1) -> Decimal | None:
     return None if ratio is None else _rounded(ratio * 100, places)
 
 
+def percent_of(part: int, whole: int, places: int = 1) -> Decimal | None:
+    """``percent(Fraction(part, whole))`` for integers, in integer arithmetic (the board's ranking shows
+    thousands of shares a request); None when ``whole`` is 0."""
+    if not whole:
+        return None
+    scaled, divisor = abs(part) * 100 * 10**places, abs(whole)
+    units = (2 * scaled + divisor) // (2 * divisor)
+    return Decimal(-units if (part < 0) != (whole < 0) and units else units).scaleb(-places)
+
+
 def _rounded(value: Fraction, places: int) -> Decimal:
     quantum = Decimal(1).scaleb(-places)
     scaled = Fraction(value) * 10**places
