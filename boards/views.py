@@ -21,6 +21,7 @@ from boards.daily import LIVE_PARTS, daily_board
 from boards.filters import BoardFilterForm
 from boards.maths import OTHER_TEAMS
 from boards.ranking import TOP, idle_ranking
+from core.html import json_script
 from teams.models import Team
 
 LIVE_REFRESH_S = 60
@@ -69,10 +70,11 @@ def daily(request):
     board = daily_board(scope, user=request.user)
     zone = timezone.get_current_timezone()
     text = board_text()
-    figures = {
-        "timeline": timeline_figure(board.timeline, day_bounds=scope.bounds, zone=zone, text=text),
-        "heatmap": heatmap_figure(board.hours, zone=zone, text=text),
-        "bands": bands_figure(board.bands, team_names=board.team_names, text=text),
+    figures = {  # as <script type="application/json"> elements, read by static/js/charts.js
+        "timeline": json_script(timeline_figure(board.timeline, day_bounds=scope.bounds, zone=zone, text=text),
+                                "fig-timeline"),
+        "heatmap": json_script(heatmap_figure(board.hours, zone=zone, text=text), "fig-heatmap"),
+        "bands": json_script(bands_figure(board.bands, team_names=board.team_names, text=text), "fig-bands"),
     }
     my_teams = _my_teams(request.user)
     return render(request, "boards/daily.html", {
