@@ -92,6 +92,14 @@ def database_from_url(url: str) -> dict:
         )
     config = dj_database_url.parse(url, conn_max_age=env_int("DATABASE_CONN_MAX_AGE", 60), conn_health_checks=True)
     config["ATOMIC_REQUESTS"] = False
+    # The boards group tens of thousands of daily and hourly rows; with PostgreSQL's default 4 MB the
+    # planner sorts them on disk instead of hashing them in memory (the board's 8-day read: 72 → 27 ms).
+    # "server" leaves the server's own setting (for a pooler that refuses startup options).
+    work_mem = env_str("DATABASE_WORK_MEM", "32MB")
+    if work_mem != "server":
+        if not re.fullmatch(r"[1-9][0-9]*(kB|MB|GB)", work_mem):
+            raise ImproperlyConfigured(f"DATABASE_WORK_MEM must be a size such as 32MB (kB, MB or GB) or server, not {work_mem!r}.")
+        config.setdefault("OPTIONS", {})["options"] = f"-c work_mem={work_mem}"
     return config
 
 
