@@ -14,7 +14,7 @@ import pandas as pd
 from boards.charts import heatmap_matrix
 from boards.figures import Headline, headline
 from boards.health import NodeHealth, node_health
-from boards.hours import SERIES, computed_to, day_hours, timeline, utilization_bands
+from boards.hours import SERIES, computed_to, day_hours, read_day, timeline, utilization_bands
 from boards.maths import BANDS, CELL_KINDS, band_label, band_shares, total_bands
 from boards.movers import AlwaysFull, LongIdle, always_full, long_idle
 from boards.ranking import IdleRow, idle_ranking
@@ -47,8 +47,9 @@ def daily_board(scope: BoardScope, *, user, parts: tuple[str, ...] = PARTS) -> D
     board = DailyBoard(scope=scope, computed_to=computed_to(scope))
     if "headline" in parts:
         board.headline = headline(scope, user=user)
+    day = read_day(scope) if "hours" in parts or "bands" in parts else None  # one read for both
     if "hours" in parts:
-        board.hours = day_hours(scope, user=user, done=board.computed_to)
+        board.hours = day_hours(scope, user=user, done=board.computed_to, day=day)
         board.timeline = timeline(board.hours, scope)
     if "ranking" in parts:
         board.ranking = idle_ranking(scope, user=user)
@@ -56,7 +57,7 @@ def daily_board(scope: BoardScope, *, user, parts: tuple[str, ...] = PARTS) -> D
         board.long_idle = long_idle(scope, user=user)
         board.always_full = always_full(scope, user=user)
     if "bands" in parts:
-        board.bands = utilization_bands(scope)
+        board.bands = utilization_bands(scope, day=day)
         ids = [t for t in board.bands if t is not None]
         board.team_names = dict(Team.objects.filter(pk__in=ids).values_list("pk", "name"))
     if "health" in parts:

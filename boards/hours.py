@@ -1,7 +1,8 @@
 """The daily board's hours (issue 14): every GPU-hour of the day with its ticks per state and its mean
-utilization, read in one query from the hourly usage (``HourlyUsage``) joined to the hour rollups; from
-it the timeline (the sum per hour) and the heatmap (one row per GPU). The utilization bands pool the
-allocated measured ticks of every GPU-hour by its mean utilization, summed by PostgreSQL.
+utilization, from the hourly usage (``HourlyUsage``) and the hour rollups, read once as integer columns
+(:func:`read_day`) and summed by numpy; from it the timeline (the sum per hour), the heatmap (one row per
+GPU) and the utilization bands (the allocated measured ticks of every GPU-hour pooled by its mean
+utilization).
 
 Never raw samples: the hour rollup's ``util_mean`` is the mean of the hour's minutes weighted by the
 seconds they were measured (``cluster/telemetry/rollup_math.py``). An hour the aggregation has not
@@ -9,7 +10,7 @@ reached yet (the rest of today, or a day still being recomputed) is marked ``par
 
 from __future__ import annotations
 
-from collections import defaultdict
+from dataclasses import dataclass
 from datetime import datetime
 
 import numpy as np
@@ -17,7 +18,7 @@ import pandas as pd
 from django.db import connection
 
 from accounting.models import HourlyUsage, UsageAggregateState
-from accounting.usage.states import ALLOCATED_STATES, DOWN, UNALLOCATED
+from accounting.usage.states import ALLOCATED_STATES, BUSY, DOWN, IDLE, UNALLOCATED
 from boards.maths import BANDS, OTHER_TEAMS, SERIES
 from boards.scope import BoardScope
 from cluster.inventory.holders import holdings_between
@@ -49,18 +50,6 @@ _UTIL_SQL = """
       {in_scope}
 """
 
-_BANDS_SQL = """
-    SELECT h.team_id, CASE {cases} END AS band, sum(h.ticks)::bigint
-    FROM {hourly} h
-    JOIN {gpu} g ON g.id = h.gpu_id
-    JOIN {node} n ON n.id = g.node_id
-    JOIN {rollup} r ON r.gpu_id = h.gpu_id AND r.bucket = date_trunc('hour', h.hour) AND r.util_covered_s > 0
-        AND r.bucket >= date_trunc('hour', %(start)s::timestamptz) AND r.bucket < %(end)s
-    WHERE h.day = %(day)s AND h.state IN ('busy', 'idle') AND {scope} {team}
-    GROUP BY 1, 2
-"""
-
-
 def _tables() -> dict:
     return {"hourly": HourlyUsage._meta.db_table, "gpu": Gpu._meta.db_table, "node": Node._meta.db_table,
             "rollup": HourRollup._meta.db_table}
@@ -87,49 +76,86 @@ def _fetch(sql: str, params: dict, columns: int, dtype=np.int64) -> np.ndarray:
     return np.array(rows, dtype=dtype).reshape(len(rows), columns)
 
 
-def day_hours(scope: BoardScope, *, user, done: datetime | None = None) -> pd.DataFrame:
-    """One row per GPU-hour of the day in scope (:data:`HOUR_COLUMNS`; ticks per series, ``util`` the hour's
-    mean utilization or NaN, ``teams`` the names of the teams holding it, ``holders`` what the viewer may
-    see of the jobs and bookings in the hour; ``partial`` after ``done``, default :func:`computed_to`),
-    ordered by node, GPU index and hour. Under a team filter, busy, idle and unmeasured are the team's and
-    the other teams' allocated ticks are ``other_teams``. Six queries: the day's hourly rows, their GPUs,
-    the hour rollups, the teams' names and the holdings (jobs, bookings); the rest is column-wise (a day
-    of 1,000 GPUs is 24,000 GPU-hours)."""
+@dataclass(frozen=True)
+class DayRows:
+    """The day's hourly usage rows in scope, as columns (:func:`read_day`): ``code`` indexes
+    :data:`SERIES` (the state as stored: never other teams), ``team`` 0 for none; ``gpus`` are
+    (id, hostname, index) by node and GPU index, ``rank`` places each row's GPU among them, and each row
+    is in GPU-hour ``cell_of`` of ``cells`` (GPU rank × number of ``hours`` + column), whose mean
+    utilization is ``cell_util`` (NaN: none measured)."""
+
+    gpus: list[tuple[int, str, int]]
+    gpu_ids: np.ndarray
+    hour_s: np.ndarray
+    code: np.ndarray
+    team: np.ndarray
+    ticks: np.ndarray
+    hours: np.ndarray
+    cells: np.ndarray
+    cell_of: np.ndarray
+    cell_util: np.ndarray
+
+    @property
+    def empty(self) -> bool:
+        return not len(self.ticks)
+
+
+def read_day(scope: BoardScope) -> DayRows:
+    """The day's hourly usage of the GPUs in scope with each GPU-hour's mean utilization, in three queries
+    (rows, GPUs, hour rollups), read as integers (no timestamps: Django reads each in Python, and 36,000
+    of them cost more than the query) and placed in GPU-hours by numpy, not by a GROUP BY of seven
+    FILTERs. The board's hours (:func:`day_hours`) and its utilization bands read the same rows."""
     where, params = scope.gpu_sql("g", "n")
     start, end = scope.bounds
     params.update(day=scope.day, start=start, end=end)
     states = " ".join(f"WHEN '{state}' THEN {code}" for state, code in _SERIES_CODE.items())
     rows = _fetch(_HOURLY_SQL.format(states=states, in_scope=_in_scope("h.gpu_id", where), **_tables()), params, 5)
-    if not len(rows):
-        return pd.DataFrame(columns=HOUR_COLUMNS)
-    with connection.cursor() as cursor:
-        cursor.execute(_GPUS_SQL.format(**_tables()), {"ids": np.unique(rows[:, 0]).tolist()})
-        gpus = sorted(cursor.fetchall(), key=lambda g: (g[1], g[2], g[0]))  # by node, then GPU index
+    gpus: list[tuple[int, str, int]] = []
+    if len(rows):
+        with connection.cursor() as cursor:
+            cursor.execute(_GPUS_SQL.format(**_tables()), {"ids": np.unique(rows[:, 0]).tolist()})
+            gpus = sorted(cursor.fetchall(), key=lambda g: (g[1], g[2], g[0]))  # by node, then GPU index
     gpu_ids = np.array([g[0] for g in gpus], dtype=np.int64)
     gpu_of, hour_s, code, team, ticks = rows.T
-    if scope.team_id is not None:  # another team's allocated ticks: "other teams" on this board
-        code = np.where(np.isin(code, _ALLOCATED_CODES) & (team != scope.team_id), _OTHER, code)
-    # GPU-hours: a GPU's rank (node, index order) × the day's distinct hour starts
     by_id = np.argsort(gpu_ids)
-    rank = by_id[np.searchsorted(gpu_ids[by_id], gpu_of)]
+    rank = by_id[np.searchsorted(gpu_ids[by_id], gpu_of)] if len(rows) else gpu_of
     hours, column = np.unique(hour_s, return_inverse=True)
     cells, cell_of = np.unique(rank * len(hours) + column, return_inverse=True)
-    series = np.zeros((len(cells), len(SERIES)), dtype=np.int64)
-    np.add.at(series, (cell_of, code), ticks)
-    cell_gpu, cell_column = np.divmod(cells, len(hours))
-    cell_hour = hours[cell_column]
+    cell_gpu, cell_column = np.divmod(cells, max(len(hours), 1))
+    cell_util = _utilization(scope, where, params, gpu_ids[cell_gpu], hours[cell_column]) if len(rows) else np.array([])
+    return DayRows(gpus=gpus, gpu_ids=gpu_ids, hour_s=hour_s, code=code, team=team, ticks=ticks, hours=hours,
+                   cells=cells, cell_of=cell_of, cell_util=cell_util)
+
+
+def day_hours(scope: BoardScope, *, user, done: datetime | None = None, day: DayRows | None = None) -> pd.DataFrame:
+    """One row per GPU-hour of the day in scope (:data:`HOUR_COLUMNS`; ticks per series, ``util`` the hour's
+    mean utilization or NaN, ``teams`` the names of the teams holding it, ``holders`` what the viewer may
+    see of the jobs and bookings in the hour; ``partial`` after ``done``, default :func:`computed_to`),
+    ordered by node, GPU index and hour. Under a team filter, busy, idle and unmeasured are the team's and
+    the other teams' allocated ticks are ``other_teams``. From ``day`` (:func:`read_day`, three queries,
+    read here when not given), then the teams' names and the holdings (jobs, bookings): three more."""
+    day = read_day(scope) if day is None else day
+    if day.empty:
+        return pd.DataFrame(columns=HOUR_COLUMNS)
+    code, team = day.code, day.team
+    if scope.team_id is not None:  # another team's allocated ticks: "other teams" on this board
+        code = np.where(np.isin(code, _ALLOCATED_CODES) & (team != scope.team_id), _OTHER, code)
+    series = np.zeros((len(day.cells), len(SERIES)), dtype=np.int64)
+    np.add.at(series, (day.cell_of, code), day.ticks)
+    cell_gpu, cell_column = np.divmod(day.cells, len(day.hours))
+    cell_hour = day.hours[cell_column]
     frame = pd.DataFrame({
-        "gpu_id": gpu_ids[cell_gpu], "node": np.array([g[1] for g in gpus], dtype=object)[cell_gpu],
-        "label": np.array([f"{g[1]}/{g[2]}" for g in gpus], dtype=object)[cell_gpu],
+        "gpu_id": day.gpu_ids[cell_gpu], "node": np.array([g[1] for g in day.gpus], dtype=object)[cell_gpu],
+        "label": np.array([f"{g[1]}/{g[2]}" for g in day.gpus], dtype=object)[cell_gpu],
         "hour": pd.to_datetime(cell_hour, unit="s", utc=True),
         **{key: series[:, n] for n, key in enumerate(SERIES)},
+        "util": day.cell_util,
     })
-    frame["util"] = _utilization(scope, where, params, frame["gpu_id"].to_numpy(), cell_hour)
-    hour_end = np.minimum((cell_hour // HOUR_S + 1) * HOUR_S, int(end.timestamp()))
+    hour_end = np.minimum((cell_hour // HOUR_S + 1) * HOUR_S, int(scope.bounds[1].timestamp()))
     frame["partial"] = hour_end > (done or computed_to(scope)).timestamp()
     held = np.isin(code, [*_ALLOCATED_CODES, _OTHER]) & (team > 0)
-    frame["teams"] = _teams(cell_of[held], team[held], len(cells))
-    frame["holders"] = _holders(scope, user, gpu_ids, hours, cells)
+    frame["teams"] = _teams(day.cell_of[held], team[held], len(day.cells))
+    frame["holders"] = _holders(scope, user, day.gpu_ids, day.hours, day.cells)
     return frame[HOUR_COLUMNS]
 
 
@@ -218,19 +244,18 @@ def timeline(hours: pd.DataFrame, scope: BoardScope) -> pd.DataFrame:
     return grouped[TIMELINE_COLUMNS]
 
 
-def utilization_bands(scope: BoardScope) -> dict[int | None, list[int]]:
+def utilization_bands(scope: BoardScope, *, day: DayRows | None = None) -> dict[int | None, list[int]]:
     """Team id → busy + idle ticks per band of :data:`boards.maths.BANDS`, pooled by GPU-hours (each
-    GPU-hour's ticks in the band of its mean utilization). One query."""
-    cases = " ".join(f"WHEN r.util_mean < {hi} THEN {n}" for n, (_lo, hi) in enumerate(BANDS[:-1]))
-    cases += f" ELSE {len(BANDS) - 1}"
-    where, params = scope.gpu_sql("g", "n")
-    params.update(day=scope.day, team=scope.team_id)
-    team = "" if scope.team_id is None else "AND h.team_id = %(team)s"
-    params.update(start=scope.bounds[0], end=scope.bounds[1])
-    sql = _BANDS_SQL.format(cases=cases, scope=where, team=team, **_tables())
-    out: dict[int | None, list[int]] = defaultdict(lambda: [0] * len(BANDS))
-    with connection.cursor() as cursor:
-        cursor.execute(sql, params)
-        for team_id, band, ticks in cursor.fetchall():
-            out[team_id][band] += int(ticks)
-    return dict(out)
+    GPU-hour's ticks in the band of its mean utilization; a GPU-hour with none measured is in no band);
+    under a team filter, that team's only. From ``day`` (:func:`read_day`, read here when not given)."""
+    day = read_day(scope) if day is None else day
+    rows = np.isin(day.code, [_SERIES_CODE[BUSY], _SERIES_CODE[IDLE]])
+    if scope.team_id is not None:
+        rows &= day.team == scope.team_id
+    util = day.cell_util[day.cell_of[rows]] if rows.any() else np.array([])
+    measured = ~np.isnan(util)
+    band = np.searchsorted(np.array([hi for _lo, hi in BANDS[:-1]], dtype=float), util[measured], side="right")
+    teams, position = np.unique(day.team[rows][measured], return_inverse=True)
+    sums = np.zeros((len(teams), len(BANDS)), dtype=np.int64)
+    np.add.at(sums, (position, band), day.ticks[rows][measured])
+    return {team_id or None: row for team_id, row in zip(teams.tolist(), sums.tolist(), strict=True)}

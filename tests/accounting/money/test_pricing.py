@@ -18,8 +18,11 @@ from accounting.money.pricing import (
     lines_of,
     price_usage,
     rate_on,
+    round_half_up,
     team_totals,
+    units_per_priced_unit,
 )
+from core.money import MINOR_UNITS
 
 D1 = date(2026, 11, 1)
 RATES = [Rate(1, D1, date(2026, 11, 15), Decimal("20")), Rate(1, date(2026, 11, 15), None, Decimal("18"))]
@@ -103,3 +106,15 @@ def test_corrections_bring_the_ledger_to_what_is_wanted(booked, wanted):
     assert all(entry.ticks != 0 for entry in reversals + fresh)
     # Correcting again changes nothing.
     assert corrections(booked=[*booked, *reversals, *fresh], wanted=wanted) == ([], [])
+
+
+@settings(max_examples=500, deadline=None)
+@given(ticks=st.integers(-10**15, 10**15), cents=st.integers(-10**8, 10**8), places=st.integers(0, 4),
+       kind=st.sampled_from(["busy", "energy"]), currency=st.sampled_from(sorted(MINOR_UNITS)))
+def test_a_line_amount_is_the_exact_product_rounded_once_half_away_from_zero(ticks, cents, places, kind, currency):
+    rate = Decimal(cents).scaleb(-places)
+    exact = Fraction(ticks) * Fraction(rate) / units_per_priced_unit(kind)
+    expected = round_half_up(exact, MINOR_UNITS[currency])  # the Fraction form line_amount replaced
+    amount = line_amount(ticks, rate, currency, kind)
+    assert amount == expected and amount.as_tuple().exponent == -MINOR_UNITS[currency]
+    assert abs(amount - Decimal(exact.numerator) / Decimal(exact.denominator)) <= Decimal(1).scaleb(-MINOR_UNITS[currency]) / 2

@@ -4,6 +4,9 @@ from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from fractions import Fraction
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from cluster.jobs.kpis import (
     INTERRUPTED_STATES,
     TICKS_PER_CARD_HOUR,
@@ -16,6 +19,7 @@ from cluster.jobs.kpis import (
     job_times,
     job_usage,
     percent,
+    percent_of,
 )
 from cluster.models import JobState
 
@@ -246,3 +250,14 @@ def test_figures_round_once_half_up_for_display():
     assert percent(Fraction(2, 3)) == Decimal("66.7")
     assert percent(None) is None
     assert TICKS_PER_CARD_HOUR == 3_024_000_000
+
+
+@settings(max_examples=500, deadline=None)
+@given(part=st.integers(-10**15, 10**15), whole=st.integers(-10**15, 10**15), places=st.integers(0, 3))
+def test_a_share_of_integers_is_the_percent_of_their_fraction(part, whole, places):
+    if whole == 0:
+        assert percent_of(part, whole, places) is None
+        return
+    expected = percent(Fraction(part, whole), places)
+    assert percent_of(part, whole, places) == expected
+    assert str(percent_of(part, whole, places)) == str(expected)  # the same places: 12.0, not 12
