@@ -176,10 +176,18 @@ def heatmap_figure(df: pd.DataFrame, *, zone: tzinfo = UTC, text: BoardText = Bo
     util_rows = cells.util[cells.rows, cells.cols]
     labels_of_kind = [text.label(kind) if kind != MEASURED else "" for kind in CELL_KINDS]
     partial = f" ({text.partial})"
+    said: dict[tuple, str] = {}  # GPU-hours share a few sets of teams and holders: each written once
+
+    def holding(teams, holders) -> str:
+        key = (*teams, None, *holders[:3])
+        line = said.get(key)
+        if line is None:
+            line = said[key] = "<br>" + escape(", ".join(teams) or text.no_holder, quote=False) + (
+                "<br>" + "<br>".join(escape(h, quote=False) for h in holders[:3]) if holders else "")
+        return line
+
     hover_rows = [
-        (f"{text.utilization} {u:.1f} %" if k == 0 else labels_of_kind[k])
-        + "<br>" + escape(", ".join(teams) or text.no_holder, quote=False)
-        + ("<br>" + "<br>".join(escape(h, quote=False) for h in holders[:3]) if holders else "")
+        (f"{text.utilization} {u:.1f} %" if k == 0 else labels_of_kind[k]) + holding(teams, holders)
         + (partial if p else "")
         for k, u, teams, holders, p in zip(kind_rows.tolist(), util_rows.tolist(), df["teams"], df["holders"],
                                            df["partial"].tolist(), strict=True)

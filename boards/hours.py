@@ -23,6 +23,7 @@ from boards.maths import BANDS, OTHER_TEAMS, SERIES
 from boards.scope import BoardScope
 from cluster.inventory.holders import holdings_between
 from cluster.models import Gpu, HourRollup, Node
+from core.queries import copy_columns
 from teams.models import Team
 
 HOUR_COLUMNS = ["gpu_id", "node", "label", "hour", *SERIES, "util", "teams", "holders", "partial"]
@@ -35,12 +36,12 @@ _ALLOCATED_CODES = [_SERIES_CODE[state] for state in ALLOCATED_STATES]
 # The day's rows as plain integers (no timestamps: Django reads each one in Python, 24,000 of them cost
 # more than the query); summed per GPU-hour by numpy, not by a GROUP BY of seven FILTERs.
 _HOURLY_SQL = """
-    SELECT h.gpu_id, date_part('epoch', h.hour)::bigint, CASE h.state {states} END, coalesce(h.team_id, 0), h.ticks
+    SELECT h.gpu_id, date_part('epoch', h.hour)::bigint, (CASE h.state {states} END)::bigint, coalesce(h.team_id, 0), h.ticks
     FROM {hourly} h
     WHERE h.day = %(day)s {in_scope}
 """
 
-_GPUS_SQL = "SELECT g.id, n.hostname, g.index FROM {gpu} g JOIN {node} n ON n.id = g.node_id WHERE g.id = ANY(%(ids)s)"
+_GPUS_SQL = "SELECT g.id, n.hostname, g.index FROM {gpu} g JOIN {node} n ON n.id = g.node_id WHERE {scope}"
 
 # The hour rollups of the day's UTC hours (a day starting inside an hour reads that hour's too).
 _UTIL_SQL = """
@@ -69,11 +70,9 @@ def _in_scope(column: str, where: str) -> str:
     return f"AND {column} IN (SELECT g.id FROM {gpu} g JOIN {node} n ON n.id = g.node_id WHERE {where})"  # noqa: S608 (names from model metadata; values are bound)
 
 
-def _fetch(sql: str, params: dict, columns: int, dtype=np.int64) -> np.ndarray:
+def _fetch(sql: str, params: dict, kinds: str) -> np.ndarray:
     with connection.cursor() as cursor:
-        cursor.execute(sql, params)
-        rows = cursor.fetchall()
-    return np.array(rows, dtype=dtype).reshape(len(rows), columns)
+        return copy_columns(cursor, sql, params, kinds)
 
 
 @dataclass(frozen=True)
@@ -109,12 +108,13 @@ def read_day(scope: BoardScope) -> DayRows:
     start, end = scope.bounds
     params.update(day=scope.day, start=start, end=end)
     states = " ".join(f"WHEN '{state}' THEN {code}" for state, code in _SERIES_CODE.items())
-    rows = _fetch(_HOURLY_SQL.format(states=states, in_scope=_in_scope("h.gpu_id", where), **_tables()), params, 5)
+    rows = _fetch(_HOURLY_SQL.format(states=states, in_scope=_in_scope("h.gpu_id", where), **_tables()), params, "iiiii")
     gpus: list[tuple[int, str, int]] = []
     if len(rows):
-        with connection.cursor() as cursor:
-            cursor.execute(_GPUS_SQL.format(**_tables()), {"ids": np.unique(rows[:, 0]).tolist()})
-            gpus = sorted(cursor.fetchall(), key=lambda g: (g[1], g[2], g[0]))  # by node, then GPU index
+        with connection.cursor() as cursor:  # every GPU in scope (a few thousand at most), kept where it has rows
+            cursor.execute(_GPUS_SQL.format(scope=where, **_tables()), params)
+            used = set(np.unique(rows[:, 0]).tolist())
+            gpus = sorted((g for g in cursor.fetchall() if g[0] in used), key=lambda g: (g[1], g[2], g[0]))
     gpu_ids = np.array([g[0] for g in gpus], dtype=np.int64)
     gpu_of, hour_s, code, team, ticks = rows.T
     by_id = np.argsort(gpu_ids)
@@ -161,7 +161,7 @@ def day_hours(scope: BoardScope, *, user, done: datetime | None = None, day: Day
 
 def _utilization(scope: BoardScope, where: str, params: dict, cell_gpu: np.ndarray, cell_hour: np.ndarray) -> np.ndarray:
     """The hour rollup's mean utilization of each GPU-hour (its UTC hour's), NaN where none was measured."""
-    util = _fetch(_UTIL_SQL.format(in_scope=_in_scope("r.gpu_id", where), **_tables()), params, 3, dtype=np.float64)
+    util = _fetch(_UTIL_SQL.format(in_scope=_in_scope("r.gpu_id", where), **_tables()), params, "iif")
     out = np.full(len(cell_gpu), np.nan)
     if not len(util):
         return out
