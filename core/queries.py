@@ -35,10 +35,12 @@ def copy_columns(cursor, sql: str, params: dict, kinds: str) -> np.ndarray:
     fields = [("count", ">i2")]
     for n, kind in enumerate(kinds):
         fields += [(f"length{n}", ">i4"), (f"value{n}", ">i8" if kind == "i" else ">f8")]
-    body = np.frombuffer(data, dtype=np.dtype(fields), count=(len(data) - start - 2) // np.dtype(fields).itemsize,
-                         offset=start)
-    if len(body) and ((body["count"] != len(kinds)).any()
-                      or any((body[f"length{n}"] != 8).any() for n in range(len(kinds)))):
+    itemsize = np.dtype(fields).itemsize
+    count, rest = divmod(len(data) - start - 2, itemsize)
+    if rest or data[-2:] != b"\xff\xff":  # a null (length -1, no value) or a narrower type breaks the width
+        raise ValueError("a column is null or not 8 bytes wide")
+    body = np.frombuffer(data, dtype=np.dtype(fields), count=count, offset=start)
+    if count and ((body["count"] != len(kinds)).any() or any((body[f"length{n}"] != 8).any() for n in range(len(kinds)))):
         raise ValueError("a column is null or not 8 bytes wide")
     out = np.empty((len(body), len(kinds)), dtype=np.float64 if "f" in kinds else np.int64)
     for n in range(len(kinds)):
