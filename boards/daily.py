@@ -17,7 +17,7 @@ from boards.health import NodeHealth, node_health
 from boards.hours import SERIES, computed_to, day_hours, read_day, timeline, utilization_bands
 from boards.maths import BANDS, CELL_KINDS, band_label, band_shares, total_bands
 from boards.movers import AlwaysFull, LongIdle, always_full, long_idle
-from boards.ranking import IdleRow, idle_ranking
+from boards.ranking import IdleRow, top_idle
 from boards.scope import BoardScope
 from cluster.jobs.kpis import percent
 from core.units import TICKS_PER_CARD_HOUR
@@ -34,7 +34,8 @@ class DailyBoard:
     headline: Headline | None = None
     hours: pd.DataFrame | None = None
     timeline: pd.DataFrame | None = None
-    ranking: list[IdleRow] | None = None
+    ranking: list[IdleRow] | None = None  # all of them, or the first ``ranking_limit``
+    ranking_total: int = 0
     long_idle: list[LongIdle] | None = None
     always_full: list[AlwaysFull] | None = None
     bands: dict | None = None
@@ -42,8 +43,9 @@ class DailyBoard:
     health: list[NodeHealth] | None = None
 
 
-def daily_board(scope: BoardScope, *, user, parts: tuple[str, ...] = PARTS) -> DailyBoard:
-    """The board of ``scope`` as ``user`` may see it, with the ``parts`` asked for."""
+def daily_board(scope: BoardScope, *, user, parts: tuple[str, ...] = PARTS, ranking_limit: int | None = None) -> DailyBoard:
+    """The board of ``scope`` as ``user`` may see it, with the ``parts`` asked for; the idle ranking's
+    first ``ranking_limit`` rows only (all: None), with ``ranking_total`` the number in all."""
     board = DailyBoard(scope=scope, computed_to=computed_to(scope))
     if "headline" in parts:
         board.headline = headline(scope, user=user)
@@ -52,7 +54,7 @@ def daily_board(scope: BoardScope, *, user, parts: tuple[str, ...] = PARTS) -> D
         board.hours = day_hours(scope, user=user, done=board.computed_to, day=day)
         board.timeline = timeline(board.hours, scope)
     if "ranking" in parts:
-        board.ranking = idle_ranking(scope, user=user)
+        board.ranking, board.ranking_total = top_idle(scope, user=user, limit=ranking_limit)
     if "movers" in parts:
         board.long_idle = long_idle(scope, user=user)
         board.always_full = always_full(scope, user=user)

@@ -57,8 +57,15 @@ class IdleRow:
 
 
 def idle_ranking(scope: BoardScope, *, user) -> list[IdleRow]:
-    """Every allocation of the day in scope, most idle first (ties: most allocated, then by label). Four
-    queries (holders, jobs, bookings, rates) whatever their number."""
+    """Every allocation of the day in scope, most idle first (ties: most allocated, then team, then label).
+    Five queries (holders, teams, jobs, bookings, rates) whatever their number."""
+    return top_idle(scope, user=user)[0]
+
+
+def top_idle(scope: BoardScope, *, user, limit: int | None = None) -> tuple[list[IdleRow], int]:
+    """The first ``limit`` rows of :func:`idle_ranking` (all: None) and the number of rows in all: the
+    jobs and bookings are read, and the costs computed, for the rows shown only (the board shows 20 of
+    thousands)."""
     query = DailyHolderUsage.objects.filter(day=scope.day)
     placed = Q(gpu__isnull=False) & scope.gpu_q()
     if scope.narrowed_to_gpus:
@@ -84,31 +91,54 @@ def idle_ranking(scope: BoardScope, *, user) -> list[IdleRow]:
         entry["unplaced"] |= model_id is None and job_id is not None
         if idle:
             entry["idle"][model_id] = entry["idle"].get(model_id, 0) + idle
-    return _rows(scope, holders, user)
+    return _rows(scope, holders, user, limit)
 
 
-def _rows(scope: BoardScope, holders: dict, user) -> list[IdleRow]:
+def _rows(scope: BoardScope, holders: dict, user, limit: int | None) -> tuple[list[IdleRow], int]:
     visible = visible_team_ids(user)
+    team_names = dict(Team.objects.filter(pk__in={e["team"] for e in holders.values()} - {None}).values_list("pk", "name"))
+    folded: dict[int | None, dict] = defaultdict(lambda: {"allocated": 0, "idle": 0, "count": 0})
+    ranked = []  # (−idle, −allocated, team, key): the order, up to the label
+    for key, entry in holders.items():
+        entry["idle_ticks"] = sum(entry["idle"].values())
+        if visible is None or entry["team"] in visible:
+            ranked.append((-entry["idle_ticks"], -entry["allocated"], team_names.get(entry["team"], "").casefold(), key))
+        else:
+            fold = folded[entry["team"]]
+            fold["allocated"] += entry["allocated"]
+            fold["idle"] += entry["idle_ticks"]
+            fold["count"] += 1
+    for team_id, fold in folded.items():
+        ranked.append((-fold["idle"], -fold["allocated"], team_names.get(team_id, "").casefold(), ("team", team_id)))
+    ranked.sort(key=lambda item: item[:3])
+    shown = ranked
+    if limit is not None and len(ranked) > limit:  # and the rows tied with the last: their labels decide
+        last = ranked[limit - 1][:3]
+        shown = [item for n, item in enumerate(ranked) if n < limit or item[:3] == last]
+    out = _idle_rows(scope, [item[3] for item in shown], holders, folded, team_names, user)
+    out.sort(key=lambda r: (-r.idle_ticks, -r.allocated_ticks, r.team.casefold(), r.label))
+    return (out if limit is None else out[:limit]), len(ranked)
+
+
+def _idle_rows(scope: BoardScope, keys: list[tuple], holders: dict, folded: dict, team_names: dict,
+               user) -> list[IdleRow]:
+    """The rows of ``keys`` (("job", id), ("booking", id) or ("team", id) for a folded team)."""
     cost_teams = cost_team_ids(user)
     currency = settings.CARDHOUR_CURRENCY
     rates = rate_cards(scope.day, scope.day + timedelta(days=1))
-    team_names = dict(Team.objects.filter(pk__in={e["team"] for e in holders.values()} - {None}).values_list("pk", "name"))
-    shown = {key for key, entry in holders.items() if visible is None or entry["team"] in visible}
-    jobs = {pk: rest for pk, *rest in Job.objects.filter(pk__in=id_array(i for k, i in shown if k == "job")).values_list(
+    jobs = {pk: rest for pk, *rest in Job.objects.filter(pk__in=id_array(i for k, i in keys if k == "job")).values_list(
         "pk", "external_id", "name", "user", "gpu_count", "project__name")}
-    bookings = {pk: rest for pk, *rest in Booking.objects.filter(pk__in=[i for k, i in shown if k == "booking"]).values_list(
+    bookings = {pk: rest for pk, *rest in Booking.objects.filter(pk__in=[i for k, i in keys if k == "booking"]).values_list(
         "pk", "note", "gpu_count", "project__name", "booker__username")}
     out: list[IdleRow] = []
-    folded: dict[int | None, dict] = defaultdict(lambda: {"allocated": 0, "idle": 0, "count": 0})
-    for (kind, object_id), entry in holders.items():
-        idle_ticks = sum(entry["idle"].values())
-        team_id = entry["team"]
-        if (kind, object_id) not in shown:
-            fold = folded[team_id]
-            fold["allocated"] += entry["allocated"]
-            fold["idle"] += idle_ticks
-            fold["count"] += 1
+    for kind, object_id in keys:
+        if kind == "team":
+            fold = folded[object_id]
+            out.append(_row("team", None, "", team_names.get(object_id, ""), "", "", None, fold["allocated"],
+                            fold["idle"], None, False, holders=fold["count"]))
             continue
+        entry = holders[(kind, object_id)]
+        team_id = entry["team"]
         cost = None
         if cost_teams is None or team_id in cost_teams:
             cost = zero_money()
@@ -123,11 +153,7 @@ def _rows(scope: BoardScope, holders: dict, user) -> list[IdleRow]:
             note, gpus, project, person = bookings.get(object_id, ("", None, None, ""))
             label, gpus = booking_label(object_id, note), Decimal(gpus) if gpus is not None else None
         out.append(_row(kind, object_id, label, team_names.get(team_id, ""), project or "", person or "", gpus,
-                        entry["allocated"], idle_ticks, cost, entry["unplaced"]))
-    for team_id, fold in folded.items():
-        out.append(_row("team", None, "", team_names.get(team_id, ""), "", "", None, fold["allocated"], fold["idle"],
-                        None, False, holders=fold["count"]))
-    out.sort(key=lambda r: (-r.idle_ticks, -r.allocated_ticks, r.team.casefold(), r.label))
+                        entry["allocated"], entry["idle_ticks"], cost, entry["unplaced"]))
     return out
 
 

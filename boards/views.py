@@ -67,7 +67,7 @@ def daily(request):
     """The daily board: where the day's card-hours went, for every role (scoped by the selectors)."""
     form = _form(request)
     scope = form.scope()
-    board = daily_board(scope, user=request.user)
+    board = daily_board(scope, user=request.user, ranking_limit=TOP)
     zone = timezone.get_current_timezone()
     text = board_text()
     figures = {  # as <script type="application/json"> elements, read by static/js/charts.js
@@ -78,8 +78,8 @@ def daily(request):
     }
     my_teams = _my_teams(request.user)
     return render(request, "boards/daily.html", {
-        "form": form, "scope": scope, "board": board, "figures": figures, "top": board.ranking[:TOP],
-        "more": max(0, len(board.ranking) - TOP), "links": _links(request, scope), "my_teams": my_teams,
+        "form": form, "scope": scope, "board": board, "figures": figures, "top": board.ranking,
+        "more": board.ranking_total - len(board.ranking), "links": _links(request, scope), "my_teams": my_teams,
         "team_filter": form.cleaned_data.get("team"), "live_refresh_s": LIVE_REFRESH_S if scope.live else None,
         "filtered": any(form.cleaned_data.get(k) for k in ("pool", "gpu_model", "node", "team")),
         "sees_costs": board.headline.sees_costs, "settings_long_idle_days": settings.CARDHOUR_LONG_IDLE_DAYS,

@@ -15,7 +15,7 @@ from boards.charts import CODES, heatmap_figure, timeline_figure
 from boards.daily import board_json, daily_board
 from boards.hours import SERIES
 from boards.movers import always_full, long_idle
-from boards.ranking import idle_ranking
+from boards.ranking import idle_ranking, top_idle
 from boards.scope import BoardScope
 from cluster.models import MinuteRollup, NodeStatusPeriod
 from core.units import TICKS_PER_CARD_HOUR
@@ -122,6 +122,30 @@ def test_the_ranking_holds_bookings_and_unplaced_jobs_and_equals_a_brute_force_s
     assert train.idle_cost == Decimal("9.83")  # 29.5 min at 20.00 CNY a card-hour
     assert ranking[0] == train  # most idle first
     assert [row.idle_ticks for row in ranking] == sorted((row.idle_ticks for row in ranking), reverse=True)
+
+
+@pytest.mark.parametrize("viewer", ["admin_user", "lead_b"])
+def test_the_top_of_the_ranking_is_the_head_of_the_whole_ranking(board_day, team_b, request, viewer):
+    user = request.getfixturevalue(viewer)
+    whole = idle_ranking(SCOPE, user=user)
+    assert len(whole) >= 3
+    for limit in range(1, len(whole) + 2):
+        rows, total = top_idle(SCOPE, user=user, limit=limit)
+        assert rows == whole[:limit] and total == len(whole)
+    assert top_idle(SCOPE, user=user) == (whole, len(whole))
+
+
+def test_ties_at_the_cut_are_broken_by_label_as_in_the_whole_ranking(board_day, team_b, admin_user):
+    # held an hour each where nothing else is and never sampled: no idle, the same allocated ticks
+    for name, gpu, hour in (("b-tie-z", "g0", 21), ("b-tie-a", "g2", 16), ("b-tie-m", "g2", 17)):
+        job(team_b, board_day[gpu], hour, hour + 1, name=name)
+    refresh()
+    whole = idle_ranking(SCOPE, user=admin_user)
+    ties = [row.label for row in whole if row.label.startswith("b-tie")]
+    assert ties == sorted(ties) and len(ties) == 3
+    first = next(n for n, row in enumerate(whole) if row.label.startswith("b-tie"))
+    for limit in (first + 1, first + 2):
+        assert top_idle(SCOPE, user=admin_user, limit=limit)[0] == whole[:limit]
 
 
 def test_long_idle_counts_whole_days_across_a_month_boundary(board_day, team_a, admin_user):
