@@ -49,7 +49,7 @@ def daily_board(scope: BoardScope, *, user, parts: tuple[str, ...] = PARTS, rank
     board = DailyBoard(scope=scope, computed_to=computed_to(scope))
     if "headline" in parts:
         board.headline = headline(scope, user=user)
-    day = read_day(scope) if "hours" in parts or "bands" in parts else None  # one read for both
+    day = read_day(scope) if {"hours", "bands", "movers"} & set(parts) else None  # one read for all three
     if "hours" in parts:
         board.hours = day_hours(scope, user=user, done=board.computed_to, day=day)
         board.timeline = timeline(board.hours, scope)
@@ -57,7 +57,7 @@ def daily_board(scope: BoardScope, *, user, parts: tuple[str, ...] = PARTS, rank
         board.ranking, board.ranking_total = top_idle(scope, user=user, limit=ranking_limit)
     if "movers" in parts:
         board.long_idle = long_idle(scope, user=user)
-        board.always_full = always_full(scope, user=user)
+        board.always_full = always_full(scope, user=user, day=day)
     if "bands" in parts:
         board.bands = utilization_bands(scope, day=day)
         ids = [t for t in board.bands if t is not None]

@@ -7,8 +7,9 @@ business days by :func:`boards.maths.idle_since`, so it crosses month boundaries
 run that reaches the lookback says "at least".
 
 **Always full** is the duty cycle (a kernel was running), not saturation. Candidates are the GPUs whose
-every measured hour rollup has a mean at or over the threshold (necessary for every minute to be); only
-their minute rollups of the day are then read to check each measured minute."""
+every measured hour of the day has a mean at or over the threshold (necessary for every minute to be),
+from the hour rollups the board's hours already read; only their minute rollups of the day are then read
+to check each measured minute."""
 
 from __future__ import annotations
 
@@ -16,15 +17,17 @@ from collections import defaultdict
 from dataclasses import dataclass
 from datetime import date, timedelta
 
+import numpy as np
 from django.conf import settings
 from django.db.models import Count, Max, Min, Q, Sum
 
 from accounting.models import DailyHolderUsage, DailyUsage
 from accounting.usage.states import BUSY, IDLE, UNALLOCATED
+from boards.hours import HOUR_S, read_day
 from boards.maths import DayOfGpu, idle_since, run_length
 from boards.scope import BoardScope
 from cluster.inventory.holders import booking_label, job_label
-from cluster.models import Gpu, HourRollup, MinuteRollup
+from cluster.models import Gpu, MinuteRollup
 from teams.selectors import visible_team_ids
 
 LOOKBACK_DAYS = 92
@@ -99,15 +102,13 @@ def long_idle(scope: BoardScope, *, user, min_days: int | None = None) -> list[L
     return out
 
 
-def always_full(scope: BoardScope, *, user, threshold: float | None = None) -> list[AlwaysFull]:
+def always_full(scope: BoardScope, *, user, threshold: float | None = None, day=None) -> list[AlwaysFull]:
     """GPUs in scope at or above ``threshold`` % (:setting:`CARDHOUR_ALWAYS_FULL_PCT`) in every measured
-    minute of the day (at least one). Four queries at most."""
+    minute of the day (at least one). Candidates come from the hour rollups of ``day``
+    (:func:`boards.hours.read_day`, read here when not given); three queries more at most."""
     threshold = settings.CARDHOUR_ALWAYS_FULL_PCT if threshold is None else threshold
     start, end = scope.bounds
-    hours = (HourRollup.objects.filter(scope.gpu_q(), gpu__mig_parent__isnull=True, bucket__gte=start, bucket__lt=end,
-                                       util_covered_s__gt=0)
-             .values_list("gpu_id").annotate(low=Min("util_mean")).order_by())
-    candidates = [gpu for gpu, low in hours if low is not None and low >= threshold]
+    candidates = full_hours(read_day(scope) if day is None else day, threshold=threshold, start=start, end=end)
     if not candidates:
         return []
     minutes = (MinuteRollup.objects.filter(gpu_id__in=candidates, bucket__gte=start, bucket__lt=end, util_covered_s__gt=0)
@@ -122,6 +123,22 @@ def always_full(scope: BoardScope, *, user, threshold: float | None = None) -> l
            for gpu, (low, n) in full.items()]
     out.sort(key=lambda row: (-row.measured_minutes, row.label))
     return out
+
+
+def full_hours(day, *, threshold: float, start, end) -> list[int]:
+    """The GPUs of ``day`` (:class:`boards.hours.DayRows`) with a measured hour and every measured hour's
+    mean at or over ``threshold``: necessary for every minute to be. An hour cut by the day's start or
+    end (a zone whose day begins inside an hour) holds minutes of another day: it counts for neither."""
+    if day.empty or not len(day.cells):
+        return []
+    gpu, column = np.divmod(day.cells, len(day.hours))
+    hour = day.hours[column]
+    whole = (hour >= start.timestamp()) & (hour + HOUR_S <= end.timestamp()) & ~np.isnan(day.cell_util)
+    measured = np.zeros(len(day.gpu_ids), dtype=bool)
+    measured[gpu[whole]] = True
+    below = np.zeros(len(day.gpu_ids), dtype=bool)
+    below[gpu[whole & (day.cell_util < threshold)]] = True
+    return day.gpu_ids[measured & ~below].tolist()
 
 
 def _gpu_info(gpu_ids) -> dict[int, tuple[str, str]]:

@@ -103,3 +103,26 @@ def test_the_bands_pool_each_measured_allocated_gpu_hour_by_its_utilization(boar
 def test_a_day_with_no_usage_has_no_hours_and_no_bands(db, admin_user):
     scope = BoardScope(day=DAY, now=NOW)
     assert day_hours(scope, user=admin_user).empty and utilization_bands(scope) == {}
+
+
+def test_always_full_candidates_ignore_an_hour_cut_by_the_days_edge():
+    import numpy as np
+
+    from boards.hours import DayRows
+    from boards.movers import full_hours
+
+    start = NOW.replace(hour=0, minute=0, second=0, microsecond=0) + timedelta(minutes=30)  # a day starting at :30
+    end = start + timedelta(days=1)
+    first = start.timestamp() - 1800  # the UTC hour the day starts inside
+    hours = np.array([first + 3600 * n for n in range(25)], dtype=np.int64)
+    util = {  # GPU rank → its hours' means (NaN: not measured)
+        0: [10.0] + [97.0] * 23 + [10.0],  # low only in the cut hours: a candidate
+        1: [97.0] * 12 + [80.0] + [97.0] * 12,  # one whole hour under: not
+        2: [np.nan] * 25,  # never measured: not
+    }
+    cells = np.array([g * len(hours) + c for g in util for c in range(len(hours))], dtype=np.int64)
+    day = DayRows(gpus=[(11, "n", 0), (12, "n", 1), (13, "n", 2)], gpu_ids=np.array([11, 12, 13]), hour_s=hours,
+                  code=np.zeros(1, dtype=np.int64), team=np.zeros(1, dtype=np.int64), ticks=np.ones(1, dtype=np.int64),
+                  hours=hours, cells=cells, cell_of=np.zeros(1, dtype=np.int64),
+                  cell_util=np.array([u for g in util for u in util[g]]))
+    assert full_hours(day, threshold=95.0, start=start, end=end) == [11]
