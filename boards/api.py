@@ -13,7 +13,7 @@ from rest_framework.views import APIView
 
 from boards.daily import board_json, daily_board
 from boards.filters import BoardFilterForm
-from core.api import ApiErrorSerializer, form_errors
+from core.api import ApiErrorSerializer, FastJSONRenderer, form_errors
 
 
 class DailyBoardSerializer(serializers.Serializer):
@@ -54,6 +54,7 @@ class DailyBoardView(APIView):
     """The daily board (issue 14) as JSON, for every signed-in role."""
 
     permission_classes = [permissions.IsAuthenticated]
+    renderer_classes = [FastJSONRenderer]
 
     @extend_schema(
         parameters=[

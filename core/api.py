@@ -3,11 +3,14 @@ aware date-time field of every time in the API, and query-form errors in DRF's s
 
 from datetime import datetime
 
+import orjson
 from django.db import models
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 from django.utils.translation import gettext_lazy as _
 from rest_framework import serializers
+from rest_framework.renderers import JSONRenderer
+from rest_framework.utils import encoders
 from rest_framework.views import exception_handler as drf_exception_handler
 
 from core.timewindow import OutsideWindow, check_in_window, in_window, rfc3339_utc, window_message
@@ -83,3 +86,16 @@ class ApiErrorSerializer(serializers.Serializer):
     """The error body: ``detail`` names each field and its rule; a 400 also lists messages under each field."""
 
     detail = serializers.CharField(help_text=_("e.g. “end_time: is before start_time”."))
+
+
+class FastJSONRenderer(JSONRenderer):
+    """DRF's JSON renderer written by orjson (:func:`core.html.dumps`), for answers of megabytes (the daily
+    board's: 2 MB at 1,000 GPUs). The same JSON values; compact, UTF-8."""
+
+    def render(self, data, accepted_media_type=None, renderer_context=None):
+        if data is None:
+            return b""
+        return orjson.dumps(data, default=_DRF_ENCODER.default, option=orjson.OPT_SERIALIZE_NUMPY)
+
+
+_DRF_ENCODER = encoders.JSONEncoder()
