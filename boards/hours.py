@@ -79,13 +79,12 @@ def _fetch(sql: str, params: dict, kinds: str) -> np.ndarray:
 class DayRows:
     """The day's hourly usage rows in scope, as columns (:func:`read_day`): ``code`` indexes
     :data:`SERIES` (the state as stored: never other teams), ``team`` 0 for none; ``gpus`` are
-    (id, hostname, index) by node and GPU index, ``rank`` places each row's GPU among them, and each row
-    is in GPU-hour ``cell_of`` of ``cells`` (GPU rank × number of ``hours`` + column), whose mean
-    utilization is ``cell_util`` (NaN: none measured)."""
+    (id, hostname, index) by node and GPU index, and each row is in GPU-hour ``cell_of`` of ``cells``
+    (the rank of its GPU × the number of ``hours`` + the hour's column), whose mean utilization is
+    ``cell_util`` (NaN: none measured)."""
 
     gpus: list[tuple[int, str, int]]
     gpu_ids: np.ndarray
-    hour_s: np.ndarray
     code: np.ndarray
     team: np.ndarray
     ticks: np.ndarray
@@ -99,32 +98,40 @@ class DayRows:
         return not len(self.ticks)
 
 
+def _pair(high: np.ndarray, low: np.ndarray) -> np.ndarray:
+    """Two non-negative integer columns (``low`` under 2**32) as one sortable key."""
+    return high * 2**32 + low
+
+
 def read_day(scope: BoardScope) -> DayRows:
     """The day's hourly usage of the GPUs in scope with each GPU-hour's mean utilization, in three queries
-    (rows, GPUs, hour rollups), packed into one bytea by PostgreSQL and unpacked by numpy (no timestamps, no
-    Python tuple per row: Django reads each timestamp in Python, and 36,000 of them cost more than the query) and placed in GPU-hours by numpy, not by a GROUP BY of seven
-    FILTERs. The board's hours (:func:`day_hours`) and its utilization bands read the same rows."""
+    (rows, GPUs, hour rollups). Each result is packed into one bytea by PostgreSQL and unpacked by numpy:
+    no timestamps and no Python tuple per row (Django reads each timestamp in Python, and 36,000 of them
+    cost more than the query). numpy places the rows in GPU-hours, not a GROUP BY of seven FILTERs. The
+    board's hours (:func:`day_hours`), its utilization bands and the always-full candidates read these."""
     where, params = scope.gpu_sql("g", "n")
     start, end = scope.bounds
     params.update(day=scope.day, start=start, end=end)
     states = " ".join(f"WHEN '{state}' THEN {code}" for state, code in _SERIES_CODE.items())
     rows = _fetch(_HOURLY_SQL.format(states=states, in_scope=_in_scope("h.gpu_id", where), **_tables()), params, "iiiii")
-    gpus: list[tuple[int, str, int]] = []
-    if len(rows):
-        with connection.cursor() as cursor:  # every GPU in scope (a few thousand at most), kept where it has rows
-            cursor.execute(_GPUS_SQL.format(scope=where, **_tables()), params)
-            used = set(np.unique(rows[:, 0]).tolist())
-            gpus = sorted((g for g in cursor.fetchall() if g[0] in used), key=lambda g: (g[1], g[2], g[0]))
-    gpu_ids = np.array([g[0] for g in gpus], dtype=np.int64)
     gpu_of, hour_s, code, team, ticks = rows.T
+    if not len(rows):
+        empty = np.array([], dtype=np.int64)
+        return DayRows(gpus=[], gpu_ids=empty, code=code, team=team, ticks=ticks, hours=empty, cells=empty,
+                       cell_of=empty, cell_util=np.array([]))
+    with connection.cursor() as cursor:  # every GPU in scope (a few thousand at most), kept where it has rows
+        cursor.execute(_GPUS_SQL.format(scope=where, **_tables()), params)
+        used = set(np.unique(gpu_of).tolist())
+        gpus = sorted((g for g in cursor.fetchall() if g[0] in used), key=lambda g: (g[1], g[2], g[0]))
+    gpu_ids = np.array([g[0] for g in gpus], dtype=np.int64)
     by_id = np.argsort(gpu_ids)
-    rank = by_id[np.searchsorted(gpu_ids[by_id], gpu_of)] if len(rows) else gpu_of
+    rank = by_id[np.searchsorted(gpu_ids[by_id], gpu_of)]
     hours, column = np.unique(hour_s, return_inverse=True)
     cells, cell_of = np.unique(rank * len(hours) + column, return_inverse=True)
-    cell_gpu, cell_column = np.divmod(cells, max(len(hours), 1))
-    cell_util = _utilization(scope, where, params, gpu_ids[cell_gpu], hours[cell_column]) if len(rows) else np.array([])
-    return DayRows(gpus=gpus, gpu_ids=gpu_ids, hour_s=hour_s, code=code, team=team, ticks=ticks, hours=hours,
-                   cells=cells, cell_of=cell_of, cell_util=cell_util)
+    cell_gpu, cell_column = np.divmod(cells, len(hours))
+    cell_util = _utilization(scope, where, params, gpu_ids[cell_gpu], hours[cell_column])
+    return DayRows(gpus=gpus, gpu_ids=gpu_ids, code=code, team=team, ticks=ticks, hours=hours, cells=cells,
+                   cell_of=cell_of, cell_util=cell_util)
 
 
 def day_hours(scope: BoardScope, *, user, done: datetime | None = None, day: DayRows | None = None) -> pd.DataFrame:
@@ -165,10 +172,10 @@ def _utilization(scope: BoardScope, where: str, params: dict, cell_gpu: np.ndarr
     out = np.full(len(cell_gpu), np.nan)
     if not len(util):
         return out
-    keys = util[:, 0].astype(np.int64) * 2**32 + util[:, 1].astype(np.int64) // HOUR_S
+    keys = _pair(util[:, 0].astype(np.int64), util[:, 1].astype(np.int64) // HOUR_S)
     order = np.argsort(keys)
     keys, values = keys[order], util[order, 2]
-    wanted = cell_gpu * 2**32 + cell_hour // HOUR_S
+    wanted = _pair(cell_gpu, cell_hour // HOUR_S)
     at = np.minimum(np.searchsorted(keys, wanted), len(keys) - 1)
     found = keys[at] == wanted
     out[found] = values[at[found]]
@@ -182,7 +189,7 @@ def _grouped(cell_of: np.ndarray, value: np.ndarray, cells: int, name, *, in_row
     out: list[list] = [[]] * cells
     if not len(cell_of):
         return out
-    pairs, first = np.unique(cell_of * 2**32 + value, return_index=True)  # by cell, then value
+    pairs, first = np.unique(_pair(cell_of, value), return_index=True)  # by cell, then value
     if in_row_order:
         pairs = pairs[np.lexsort((first, pairs // 2**32))]
     of_cell, values = np.divmod(pairs, 2**32)

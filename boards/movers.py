@@ -129,7 +129,7 @@ def full_hours(day, *, threshold: float, start, end) -> list[int]:
     """The GPUs of ``day`` (:class:`boards.hours.DayRows`) with a measured hour and every measured hour's
     mean at or over ``threshold``: necessary for every minute to be. An hour cut by the day's start or
     end (a zone whose day begins inside an hour) holds minutes of another day: it counts for neither."""
-    if day.empty or not len(day.cells):
+    if day.empty:
         return []
     gpu, column = np.divmod(day.cells, len(day.hours))
     hour = day.hours[column]

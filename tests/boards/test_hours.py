@@ -121,7 +121,7 @@ def test_always_full_candidates_ignore_an_hour_cut_by_the_days_edge():
         2: [np.nan] * 25,  # never measured: not
     }
     cells = np.array([g * len(hours) + c for g in util for c in range(len(hours))], dtype=np.int64)
-    day = DayRows(gpus=[(11, "n", 0), (12, "n", 1), (13, "n", 2)], gpu_ids=np.array([11, 12, 13]), hour_s=hours,
+    day = DayRows(gpus=[(11, "n", 0), (12, "n", 1), (13, "n", 2)], gpu_ids=np.array([11, 12, 13]),
                   code=np.zeros(1, dtype=np.int64), team=np.zeros(1, dtype=np.int64), ticks=np.ones(1, dtype=np.int64),
                   hours=hours, cells=cells, cell_of=np.zeros(1, dtype=np.int64),
                   cell_util=np.array([u for g in util for u in util[g]]))
