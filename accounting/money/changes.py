@@ -8,7 +8,9 @@ them is carried out:
 - bad input is a ``ValidationError`` of ``{field: message}`` whose message names the rule;
 - the exclusion constraints are the guard against overlapping validity, whatever path writes: a save
   whose constraint refuses it (a concurrent writer won) raises the same error the check before would
-  have, and a deadlock between two such inserts is tried again;
+  have. Saves to one table take their turn (an advisory lock to the end of the transaction), so two of
+  them never check the constraint at once and wait on each other until PostgreSQL's deadlock detector
+  aborts one (a deadlock with a writer outside these services is still tried again);
 - each change is recorded as a ``MoneyChange`` row: who, when, what, and the values before and after
   (JSON: Decimals as strings, dates ISO; ``before`` is null for a creation, ``after`` for a deletion).
 """
@@ -25,6 +27,7 @@ from django.db import IntegrityError, OperationalError, models, transaction
 from django.utils.translation import gettext as _
 
 from accounting.models import MoneyChange
+from core.locks import wait_turn
 from core.money import currency_validator
 from core.sqlstate import DEADLOCK_DETECTED, EXCLUSION_VIOLATION
 from core.timewindow import OutsideWindow, check_date_in_window, window_message
@@ -122,8 +125,8 @@ def validate_fields(instance: models.Model) -> None:
 def save_guarded(instance: models.Model, *, constraint: str, conflict: Callable[[], dict]) -> None:
     """Save ``instance`` in a savepoint; when ``constraint`` (an exclusion constraint) refuses it because a
     concurrent writer got there first, raise ``conflict()`` as the ValidationError the check before would
-    have. Two inserts checking an exclusion constraint at once can deadlock; PostgreSQL aborts one, which
-    tries again and then waits for the other."""
+    have. Saves to one table wait for each other's turn (see the module's docstring)."""
+    wait_turn(f"cardhour.money.{instance._meta.db_table}")
     for attempt in range(WRITE_ATTEMPTS):
         try:
             with transaction.atomic():

@@ -3,6 +3,13 @@
 Each runs in one transaction. The exclusion constraint on ``GpuHold`` is the guard against double
 booking; these functions check first only to answer with a clear message, and turn the constraint's
 refusal (a concurrent writer won) into the same 409. What they read of GPUs and holds is ``holds.py``.
+
+Writers of holds take their turn (one advisory lock, :data:`HOLDS_LOCK`, held to the end of the
+transaction) before they read what is free: two inserts checking the exclusion constraint at the same
+moment would otherwise wait on each other until PostgreSQL's deadlock detector aborts one, a second later
+(and never, where that detector's timer does not fire: under libfaketime, see .ci/clock). A booking is a
+person's request, so one writer at a time costs nothing; a pick by model then sees the holds of the
+writer before it and chooses free GPUs the first time.
 """
 
 from __future__ import annotations
@@ -11,7 +18,7 @@ from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 
 from django.conf import settings
-from django.db import IntegrityError, OperationalError, connection, transaction
+from django.db import IntegrityError, OperationalError, transaction
 from django.db.backends.postgresql.psycopg_any import DateTimeTZRange
 from django.utils import timezone
 from django.utils.translation import gettext as _
@@ -46,11 +53,13 @@ from cluster.models import (
     Node,
     TeamBookingPolicy,
 )
+from core.locks import wait_turn
 from core.sqlstate import DEADLOCK_DETECTED, EXCLUSION_VIOLATION
 from teams.models import Membership, Project, Team
 from teams.roles import TeamRole, is_admin
 
 AUTO_PICK_ATTEMPTS = 5
+HOLDS_LOCK = "cardhour.booking.holds"
 
 
 class BookingRefused(Exception):
@@ -83,10 +92,10 @@ def booking_limits(team: Team | None) -> Limits:
 
 
 def _hold_write(write: Callable[[], None], *, attempts: int = 3) -> bool:
-    """Run ``write`` (inserting or moving holds) in a savepoint; False when a concurrent writer holds the
-    GPUs (the exclusion constraint refused). Two inserts that check the constraint at the same moment
-    can deadlock (PostgreSQL's exclusion checks wait on each other where a unique index would not);
-    PostgreSQL aborts one of them, which tries again and then finds the other's hold."""
+    """Run ``write`` (inserting or moving holds) in a savepoint, in the writers' turn; False when another
+    writer holds the GPUs (the exclusion constraint refused). A deadlock with a writer outside these
+    services (PostgreSQL aborts one of the two) is tried again."""
+    wait_turn(HOLDS_LOCK)
     for _attempt in range(attempts):
         try:
             with transaction.atomic():
@@ -147,8 +156,7 @@ def _check_team_cap(*, team: Team, limits: Limits, start: datetime, end: datetim
                     exclude_booking: int | None = None) -> None:
     if not limits.max_gpus_held:
         return
-    with connection.cursor() as cursor:  # one team's bookings are checked one at a time
-        cursor.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", [f"cardhour.booking.team.{team.pk}"])
+    wait_turn(f"cardhour.booking.team.{team.pk}")  # one team's bookings are checked one at a time
     holds = GpuHold.objects.overlapping(start, end).filter(kind=HoldKind.BOOKING, team=team)
     if exclude_booking is not None:
         holds = holds.exclude(booking_id=exclude_booking)
@@ -202,6 +210,7 @@ def booking_create(
 
 def _book_named(booking: Booking, gpus: list[Gpu]) -> Booking:
     gpu_ids = [gpu.pk for gpu in gpus]
+    wait_turn(HOLDS_LOCK)
     if (hold := first_conflict(gpu_ids, booking.start, booking.end)) is not None:
         raise BookingRefused(409, "gpus", hold_conflict_message(hold))
     if not _hold_write(lambda: _save_with_holds(booking, gpu_ids)):
@@ -217,6 +226,7 @@ def _save_with_holds(booking: Booking, gpu_ids: Sequence[int]) -> None:
 
 
 def _book_picked(booking: Booking, gpu_model: GpuModel, limits: Limits, now: datetime) -> Booking:
+    wait_turn(HOLDS_LOCK)
     candidates = candidate_gpus(gpu_model)
     lost: set[int] = set()
     for _attempt in range(AUTO_PICK_ATTEMPTS):
@@ -279,6 +289,7 @@ def booking_set_end(*, user, booking: Booking, end: datetime, now: datetime | No
         _check_team_cap(team=booking.team, limits=limits, start=booking.end, end=end, count=booking.gpu_count,
                         exclude_booking=booking.pk)
     gpu_ids = list(booking.holds.active().values_list("gpu_id", flat=True))
+    wait_turn(HOLDS_LOCK)
     if (hold := first_conflict(gpu_ids, booking.start, end, exclude_booking=booking.pk)) is not None:
         raise BookingRefused(409, "end", hold_conflict_message(hold))
     if not _hold_write(lambda: booking.holds.active().update(during=DateTimeTZRange(booking.start, end))):
@@ -337,6 +348,7 @@ def maintenance_create(*, node: Node, start: datetime, end: datetime, reason: st
     if end <= start:
         raise BookingRefused(400, "end", _("must be after the start."))
     gpu_ids = node_gpu_ids(node)
+    wait_turn(HOLDS_LOCK)
     if (hold := first_conflict(gpu_ids, start, end)) is not None:
         raise BookingRefused(409, "start", hold_conflict_message(hold))
     window = MaintenanceWindow.objects.create(node=node, start=start, end=end, reason=reason, created_by=user)
