@@ -14,7 +14,7 @@ from datetime import date, datetime
 from decimal import Decimal
 
 from django.conf import settings
-from django.db import connection, transaction
+from django.db import transaction
 from django.db.models import Max, Q, Sum
 from django.utils import timezone
 from django.utils.translation import gettext as _
@@ -48,6 +48,7 @@ from accounting.usage.selectors import data_complete_to
 from accounting.usage.services import usage_process
 from accounting.usage.states import ALLOCATED_STATES
 from cluster.models import GpuModel, Node
+from core.locks import wait_turn
 from core.timeutils import business_day_bounds, month_days
 from core.timewindow import OutsideWindow, check_date_in_window, window_message
 
@@ -186,8 +187,7 @@ def priced_entries(first: date, following: date, *, now: datetime) -> tuple[list
 
 
 def _lock(period: date) -> None:
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", [f"cardhour.close.{period.isoformat()}"])
+    wait_turn(f"cardhour.close.{period.isoformat()}")
 
 
 def _as_entry(row: LedgerEntry) -> Entry:

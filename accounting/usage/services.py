@@ -38,6 +38,7 @@ from accounting.usage.states import UNMEASURED, settle_claims, split_detail, spl
 from cluster.bookings.slots import epoch
 from cluster.models import Gpu
 from cluster.telemetry.dirty_marks import floor_minute
+from core.locks import wait_turn
 from core.timeutils import business_day_bounds, business_day_of, business_days, business_today
 from core.timewindow import WINDOW_START
 from core.units import WHOLE_GPU_SHARE
@@ -111,8 +112,7 @@ def unplaced_of_window(*, start: datetime, end: datetime, now: datetime, holders
 
 
 def _lock_day(day: date) -> None:
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", [f"cardhour.usage.{day.isoformat()}"])
+    wait_turn(f"cardhour.usage.{day.isoformat()}")
 
 
 @transaction.atomic
