@@ -13,7 +13,7 @@ import pandas as pd
 
 from boards.charts import heatmap_matrix
 from boards.figures import Headline, headline
-from boards.health import NodeHealth, node_health
+from boards.health import HealthView, NodeHealth, node_health
 from boards.hours import SERIES, computed_to, day_hours, read_day, timeline, utilization_bands
 from boards.maths import BANDS, CELL_KINDS, band_label, band_shares, total_bands
 from boards.movers import AlwaysFull, LongIdle, always_full, long_idle
@@ -41,6 +41,10 @@ class DailyBoard:
     bands: dict | None = None
     team_names: dict = field(default_factory=dict)
     health: list[NodeHealth] | None = None
+
+    @property
+    def health_view(self) -> HealthView | None:
+        return HealthView.of(self.health) if self.health is not None else None
 
 
 def daily_board(scope: BoardScope, *, user, parts: tuple[str, ...] = PARTS, ranking_limit: int | None = None) -> DailyBoard:

@@ -1,5 +1,9 @@
 """Node health on the daily board (issue 14): each node in scope as it is now — its status, collection
-lag, "data complete to", open XID and ECC alerts and missing GPUs — problems first. Four queries."""
+lag, "data complete to", open XID and ECC alerts and missing GPUs — problems first. Four queries.
+
+The page lists the nodes that need a look (a problem, or not up: down, in maintenance) one per row, and
+the healthy ones as one line (how many, their largest lag) with a link to the inventory, so the block
+stays a few rows at 125 nodes or 1,250; the JSON lists every node."""
 
 from __future__ import annotations
 
@@ -40,6 +44,25 @@ class NodeHealth:
         return (self.status in PROBLEM_STATUSES or self.xid_alerts > 0 or self.ecc_alerts > 0
                 or self.gpus_missing > 0 or (self.lag_s is not None and self.lag_s > LAGGING_S)
                 or (self.status == NodeStatus.UP and self.data_complete_to is None))
+
+
+@dataclass(frozen=True)
+class HealthView:
+    """What the page shows of node health: the nodes to look at, and the rest counted."""
+
+    attention: list[NodeHealth]
+    healthy: int
+    healthy_lag_max_s: float | None
+
+    @classmethod
+    def of(cls, rows: list[NodeHealth]) -> HealthView:
+        attention, lags = [], []
+        for row in rows:
+            if row.problem or row.status != NodeStatus.UP:
+                attention.append(row)
+            elif row.lag_s is not None:
+                lags.append(row.lag_s)
+        return cls(attention=attention, healthy=len(rows) - len(attention), healthy_lag_max_s=max(lags, default=None))
 
 
 def node_health(scope: BoardScope) -> list[NodeHealth]:

@@ -150,3 +150,29 @@ def test_query_counts_are_pinned(board_day, frozen, client, admin_user, path, ex
     with CaptureQueriesContext(connection) as queries:
         assert client.get(path, {"date": DAY.isoformat()}).status_code == 200
     assert len(queries) == expected, [q["sql"][:120] for q in queries]
+
+
+def test_node_health_lists_the_nodes_to_look_at_and_counts_the_healthy_ones(board_day, frozen, client, api,
+                                                                            admin_user):
+    """At 125 nodes the block stays a few rows: the healthy nodes are one line with their largest lag and
+    a link to the inventory; the JSON still lists every node."""
+    from cluster.models import CollectionState, Node
+
+    for name in ("n3", "n4", "n5"):
+        node = Node.objects.create(hostname=name, pool="train")
+        CollectionState.objects.create(node=node, last_success_at=NOW, data_complete_to=NOW - timedelta(seconds=20),
+                                       lag_s=20.0 if name != "n4" else 45.0)
+    for node in Node.objects.filter(hostname__in=("n1", "n2")):
+        CollectionState.objects.update_or_create(node=node, defaults={"lag_s": 900.0, "last_success_at": NOW})
+    Node.objects.filter(hostname="n5").update(status="maintenance")
+
+    html = page(client, admin_user)
+    health = html[html.index('data-testid="node-health"'):]
+    health = health[:health.index("</table>")]
+    assert [name for name in ("n1", "n2", "n3", "n4", "n5") if f">{name}</a>" in health] == ["n1", "n2", "n5"]
+    assert "2 nodes up and collecting (collection lag at most 45 s), with nothing to look at." in health
+    assert 'href="/inventory/"' in health
+    pooled = page(client, admin_user, pool="train")
+    assert 'href="/inventory/?pool=train"' in pooled and "nodes up and collecting (collection lag at most 45 s)" in pooled
+
+    assert sorted(row["node"] for row in api_body(api, admin_user)["nodes"]) == ["n1", "n2", "n3", "n4", "n5"]
