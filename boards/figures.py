@@ -26,11 +26,11 @@ from decimal import Decimal
 from django.conf import settings
 from django.db.models import Count, Sum
 
-from accounting.models import DailyUnplacedUsage, DailyUsage, Quota
+from accounting.models import DailyUnplacedUsage, DailyUsage
 from accounting.money.close import current_policy, rate_cards
 from accounting.money.pricing import Rate, line_amount, lines_of, price_usage, rate_on, team_totals
 from accounting.money.statements import cost_team_ids
-from accounting.quotas.selectors import QuotaStatus, quota_statuses
+from accounting.quotas.selectors import QuotaStatus, tightest_quotas
 from accounting.usage.figures import row_figures
 from accounting.usage.states import ALLOCATED_STATES, DOWN, IDLE, UNALLOCATED, UNMEASURED
 from boards.maths import (
@@ -231,7 +231,7 @@ def _team_rows(scope, team_ticks: Counter, unplaced: Counter, idle_costs: dict, 
     visible = visible_team_ids(user)
     ids = [t for t in ticks if t is not None]
     teams = {t.pk: t for t in Team.objects.filter(pk__in=ids)}
-    quotas = _tightest_quotas(scope.day, [t for t in ids if visible is None or t in visible])
+    quotas = tightest_quotas(scope.day, [t for t in ids if visible is None or t in visible], now=scope.now)
     rows = []
     for team_id, state_ticks in ticks.items():
         if team_id is None and visible is not None:
@@ -252,14 +252,3 @@ def _team_rows(scope, team_ticks: Counter, unplaced: Counter, idle_costs: dict, 
     return rows
 
 
-def _tightest_quotas(day: date, team_ids: list[int]) -> dict[int, QuotaStatus]:
-    """Each team's quota in force on ``day`` that is used the most (team-wide or per model)."""
-    if not team_ids:
-        return {}
-    quotas = Quota.objects.filter(team_id__in=team_ids, period_start__lte=day, expires__gt=day).select_related("gpu_model")
-    best: dict[int, QuotaStatus] = {}
-    for status in quota_statuses(quotas=quotas, today=day):
-        team_id = status.quota.team_id
-        if team_id not in best or status.forecast.used_fraction > best[team_id].forecast.used_fraction:
-            best[team_id] = status
-    return best

@@ -58,8 +58,9 @@ class Forecast:
     """Where a quota stands and when, at the trailing burn, it runs out.
 
     ``burn_ticks_per_day`` is the exact mean allocated ticks per day over ``burn_days`` full days before
-    ``today``; ``run_out`` is the first day on which the quota is expected to be used up (``today`` when it
-    already is; None when nothing is burning, or not within the calendar)."""
+    ``today``; ``run_out`` is the first day on which the quota is expected to be used up: today when the
+    rest of today at that burn uses it up; None when nothing is burning, or not within the calendar. A quota
+    already used up has ``exhausted_on``, the day its usage reached it (``run_out`` is that day too)."""
 
     quota_ticks: int
     used_ticks: int
@@ -71,6 +72,11 @@ class Forecast:
     expires: date
     run_out: date | None
     runs_out_before_expiry: bool
+    exhausted_on: date | None = None
+
+    @property
+    def exhausted(self) -> bool:
+        return self.remaining_ticks <= 0
 
     @property
     def thresholds(self) -> list[int]:
@@ -86,16 +92,21 @@ def used_fraction_of(*, used_ticks: int, quota_ticks: int) -> Fraction:
 
 def burn_forecast(
     *, daily_ticks: Mapping[date, int], quota_ticks: int, used_ticks: int, today: date, expires: date,
-    period_start: date | None = None, window_days: int = BURN_WINDOW_DAYS,
+    period_start: date | None = None, window_days: int = BURN_WINDOW_DAYS, day_left: Fraction = Fraction(0),
 ) -> Forecast:
     """The forecast of a quota from its allocated ticks per business day (``daily_ticks``; days missing
     are 0) and what it has used so far (``used_ticks``, today's partial usage included).
 
     The burn is the mean over the ``window_days`` full days before ``today``; a quota that began
-    (``period_start``) less than that ago is averaged over its own days so far, at least one. The run-out
-    day is ``today + ceil(remaining / burn)`` days."""
+    (``period_start``) less than that ago is averaged over its own days so far, at least one. ``day_left``
+    is the share of today still to come (0 to 1; 0: today is over, as for a past day): the rest burns
+    ``burn × day_left`` today, then ``burn`` a day. The run-out day is today when that rest of today
+    uses up what remains, else the first later day by which it is used up. A quota already used up ran
+    out on the first day its usage reached it."""
     if window_days < 1:
         raise ValueError("window_days must be at least 1")
+    if not 0 <= day_left <= 1:
+        raise ValueError("day_left must be between 0 and 1")
     window_start = today - timedelta(days=window_days)
     if period_start is not None and period_start > window_start:
         window_start = period_start
@@ -103,21 +114,34 @@ def burn_forecast(
     burned = sum(ticks for day, ticks in daily_ticks.items() if window_start <= day < today)
     burn = Fraction(burned, burn_days)
     remaining = quota_ticks - used_ticks
-    run_out = _run_out(remaining=remaining, burn=burn, today=today)
+    exhausted_on = _exhausted_on(daily_ticks, quota_ticks, today) if remaining <= 0 else None
+    run_out = exhausted_on if remaining <= 0 else _run_out(remaining=remaining, burn=burn, today=today,
+                                                            day_left=Fraction(day_left))
     return Forecast(
         quota_ticks=quota_ticks, used_ticks=used_ticks, remaining_ticks=remaining,
         used_fraction=used_fraction_of(used_ticks=used_ticks, quota_ticks=quota_ticks),
         burn_ticks_per_day=burn, burn_days=burn_days, today=today, expires=expires, run_out=run_out,
-        runs_out_before_expiry=run_out is not None and run_out < expires,
+        runs_out_before_expiry=run_out is not None and run_out < expires, exhausted_on=exhausted_on,
     )
 
 
-def _run_out(*, remaining: int, burn: Fraction, today: date) -> date | None:
-    if remaining <= 0:
-        return today
+def _exhausted_on(daily_ticks: Mapping[date, int], quota_ticks: int, today: date) -> date:
+    """The first day the running total of ``daily_ticks`` reached ``quota_ticks`` (today if it never
+    did: the usage was given without its days)."""
+    total = 0
+    for day in sorted(daily_ticks):
+        total += daily_ticks[day]
+        if total >= quota_ticks:
+            return min(day, today)
+    return today
+
+
+def _run_out(*, remaining: int, burn: Fraction, today: date, day_left: Fraction) -> date | None:
     if burn <= 0:
         return None
-    days = math.ceil(remaining / burn)
+    if remaining <= burn * day_left:
+        return today
+    days = math.ceil((remaining - burn * day_left) / burn)
     if days > (date.max - today).days:
         return None  # never, at this rate
     return today + timedelta(days=days)

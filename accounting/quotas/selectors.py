@@ -27,6 +27,7 @@ from decimal import Decimal
 from fractions import Fraction
 
 from django.db.models import QuerySet, Sum
+from django.utils import timezone
 
 from accounting.models import DailyUnplacedUsage, DailyUsage, Quota
 from accounting.quotas.rules import (
@@ -111,11 +112,16 @@ def quota_status(*, quota: Quota, today: date | None = None, now: datetime | Non
 
 def quota_statuses(*, quotas: Sequence[Quota], today: date | None = None,
                    now: datetime | None = None) -> list[QuotaStatus]:
-    """The status of each of ``quotas``, in order, in two queries."""
+    """The status of each of ``quotas``, in order, in two queries: on business day ``today`` (default: the
+    day of ``now``, default the clock's now). The forecast burns the rest of ``today`` as of ``now``;
+    given ``today`` without ``now``, the day counts as over (a past day's figures)."""
     quotas = list(quotas)
     if not quotas:
         return []
-    today = today or business_today(now=now)
+    if today is None:
+        now = now or timezone.now()
+        today = business_today(now=now)
+    left = day_left(today, now) if now is not None else Fraction(0)
     first = min(quota.period_start for quota in quotas)
     following = max(_counted_until(quota, today) for quota in quotas)
     per_day = _allocated_per_day({quota.team_id for quota in quotas}, first, following)
@@ -130,10 +136,32 @@ def quota_statuses(*, quotas: Sequence[Quota], today: date | None = None,
         daily = dict(sorted(daily.items()))
         forecast = burn_forecast(
             daily_ticks=daily, quota_ticks=ticks_from_card_hours(quota.card_hours), used_ticks=sum(daily.values()),
-            today=today, expires=quota.expires, period_start=quota.period_start,
+            today=today, expires=quota.expires, period_start=quota.period_start, day_left=left,
         )
         statuses.append(QuotaStatus(quota=quota, today=today, daily_ticks=daily, forecast=forecast))
     return statuses
+
+
+def tightest_quotas(day: date, team_ids: Iterable[int], *, now: datetime | None = None) -> dict[int, QuotaStatus]:
+    """Each team's quota in force on ``day`` that is used the most (team-wide or per model), as of ``now``
+    (see :func:`quota_statuses`). Three queries, whatever the number of teams."""
+    team_ids = list(team_ids)
+    if not team_ids:
+        return {}
+    quotas = Quota.objects.filter(team_id__in=team_ids, period_start__lte=day, expires__gt=day).select_related("gpu_model")
+    best: dict[int, QuotaStatus] = {}
+    for status in quota_statuses(quotas=quotas, today=day, now=now):
+        team_id = status.quota.team_id
+        if team_id not in best or status.forecast.used_fraction > best[team_id].forecast.used_fraction:
+            best[team_id] = status
+    return best
+
+
+def day_left(day: date, now: datetime) -> Fraction:
+    """The share of business day ``day`` still to come at ``now`` (0 once it is over, 1 before it starts)."""
+    start, end = business_day_bounds(day)
+    left = Fraction(int((end - max(start, min(now, end))).total_seconds()), int((end - start).total_seconds()))
+    return min(left, Fraction(1))
 
 
 def _counted_until(quota: Quota, today: date) -> date:

@@ -1,11 +1,18 @@
 """Quota warnings (DESIGN.md §6): each active quota's 50/75/90/100 % thresholds and its expiry, raised as
 alerts once per episode and closed when the condition ends. Rerunnable: a second run refreshes the open
-episodes and opens nothing new."""
+episodes and opens nothing new.
+
+A threshold alert keeps the figures of its crossing (what was used when it opened, and the forecast
+then): later runs only mark it still seen, so an alert never shows a figure that disagrees with the
+quota's own, current one on the team page, which it links to. The expiry warning says only when the
+quota expires (refreshed each day: the days left)."""
 
 from __future__ import annotations
 
 from datetime import datetime
 
+from django.urls import reverse
+from django.utils import timezone
 from django.utils.formats import date_format
 from django.utils.translation import gettext as _
 from django.utils.translation import ngettext
@@ -33,27 +40,31 @@ def threshold_tier(threshold: int) -> str:
     return AlertTier.CRITICAL if threshold >= 100 else AlertTier.WARNING
 
 
-def _usage_message(status: QuotaStatus) -> str:
+def _crossing_message(status: QuotaStatus, threshold: int, now: datetime) -> str:
+    """What a threshold alert says, as of its crossing."""
     forecast = status.forecast
-    used = _("%(used)s of %(quota)s card-hours used (%(percent)s %%).") % {
+    used = _("Crossed %(threshold)d %% on %(when)s: %(used)s of %(quota)s card-hours used (%(percent)s %%).") % {
+        "threshold": threshold, "when": date_format(timezone.localtime(now), "SHORT_DATETIME_FORMAT"),
         "used": status.used_card_hours, "quota": status.quota.card_hours, "percent": status.used_percent,
     }
-    if forecast.remaining_ticks <= 0:
+    if forecast.exhausted:
         return used
     if forecast.run_out is None:
-        return used + " " + _("Nothing is burning it now.")
-    return used + " " + _("At the last days' rate it runs out on %(day)s (expires %(expires)s).") % {
-        "day": date_format(forecast.run_out), "expires": date_format(status.quota.expires),
+        return used + " " + _("Nothing was burning it then.")
+    return used + " " + _("At the mean burn of the last %(days)d days it would run out on %(day)s "
+                          "(expires %(expires)s).") % {
+        "days": forecast.burn_days, "day": date_format(forecast.run_out), "expires": date_format(status.quota.expires),
     }
 
 
-def _details(status: QuotaStatus) -> dict:
+def _details(status: QuotaStatus, now: datetime) -> dict:
     forecast = status.forecast
     return {
         "quota_id": status.quota.pk, "team_id": status.quota.team_id,
         "used_card_hours": str(status.used_card_hours), "quota_card_hours": str(status.quota.card_hours),
         "used_percent": str(status.used_percent), "expires": status.quota.expires.isoformat(),
-        "run_out": forecast.run_out.isoformat() if forecast.run_out else None,
+        "run_out": forecast.run_out.isoformat() if forecast.run_out else None, "as_of": now.isoformat(),
+        "path": reverse("accounting:team-detail", args=[status.quota.team.slug]),
     }
 
 
@@ -65,16 +76,17 @@ def quota_alerts(*, now: datetime) -> dict:
         Quota.objects.filter(period_start__lte=today, expires__gt=today).select_related("team", "gpu_model")
         .order_by("pk")
     )
-    for status in quota_statuses(quotas=active, today=today):
+    for status in quota_statuses(quotas=active, today=today, now=now):
         quota = status.quota
         label = quota_label(quota)
         reached = set(status.thresholds)
-        message, details = _usage_message(status), _details(status)
+        details = _details(status, now)
         for threshold, kind in THRESHOLD_KINDS.items():
             if threshold in reached:
                 _alert, new = alert_raise(
                     subject_type=AlertSubject.QUOTA, subject_id=quota.pk, subject_label=label, kind=kind,
-                    tier=threshold_tier(threshold), message=message, details=details, at=now,
+                    tier=threshold_tier(threshold), message=_crossing_message(status, threshold, now),
+                    details=details, at=now, keep_message=True,
                 )
                 opened += new
             else:
@@ -85,7 +97,7 @@ def quota_alerts(*, now: datetime) -> dict:
                 "Expires on %(day)s, in %(days)d day.", "Expires on %(day)s, in %(days)d days.", days_left,
             ) % {
                 "day": date_format(quota.expires), "days": days_left,
-            } + " " + message
+            }
             _alert, new = alert_raise(
                 subject_type=AlertSubject.QUOTA, subject_id=quota.pk, subject_label=label,
                 kind=AlertKind.QUOTA_EXPIRY, tier=AlertTier.WARNING, message=expiry_message, details=details, at=now,

@@ -36,9 +36,11 @@ def node_status_set(*, node: Node, status: str, at: datetime | None = None, reas
 
 def alert_raise(
     *, subject_type: str, subject_id: int, subject_label: str, kind: str, tier: str, message: str,
-    details: dict | None = None, at: datetime | None = None,
+    details: dict | None = None, at: datetime | None = None, keep_message: bool = False,
 ) -> tuple[Alert, bool]:
-    """Open an episode of ``kind`` on the subject, or refresh the open one. Returns (alert, opened)."""
+    """Open an episode of ``kind`` on the subject, or refresh the open one (when it was last seen; its
+    message and details too, unless ``keep_message``: an alert that says what it was when it opened, such
+    as a quota's crossing). Returns (alert, opened)."""
     at = at or timezone.now()
     for _attempt in range(2):
         try:
@@ -46,6 +48,9 @@ def alert_raise(
                 alert = Alert.objects.select_for_update().open().about(subject_type, subject_id).filter(kind=kind).first()
                 if alert is not None:
                     alert.last_seen_at = max(at, alert.last_seen_at)
+                    if keep_message:
+                        alert.save(update_fields=["last_seen_at"])
+                        return alert, False
                     alert.message = message
                     alert.details = details or alert.details
                     alert.save(update_fields=["last_seen_at", "message", "details"])

@@ -105,11 +105,35 @@ def test_a_quota_that_began_today_divides_by_one():
     assert not forecast.runs_out_before_expiry
 
 
-def test_a_used_up_quota_runs_out_today():
-    forecast = burn_forecast(daily_ticks={}, quota_ticks=10 * CH, used_ticks=12 * CH, today=TODAY,
+def test_a_used_up_quota_ran_out_on_the_day_its_usage_reached_it():
+    daily = {TODAY - timedelta(days=2): 6 * CH, TODAY - timedelta(days=1): 4 * CH, TODAY: 2 * CH}
+    forecast = burn_forecast(daily_ticks=daily, quota_ticks=10 * CH, used_ticks=12 * CH, today=TODAY,
                              expires=TODAY + timedelta(days=5))
-    assert forecast.remaining_ticks == -2 * CH and forecast.run_out == TODAY and forecast.runs_out_before_expiry
+    assert forecast.remaining_ticks == -2 * CH and forecast.exhausted
+    assert forecast.exhausted_on == forecast.run_out == TODAY - timedelta(days=1) and forecast.runs_out_before_expiry
     assert forecast.thresholds == [50, 75, 90, 100]
+    without_days = burn_forecast(daily_ticks={}, quota_ticks=10 * CH, used_ticks=12 * CH, today=TODAY,
+                                 expires=TODAY + timedelta(days=5))
+    assert without_days.exhausted_on == TODAY
+
+
+def test_what_is_left_runs_out_today_when_the_rest_of_today_burns_it():
+    """Seen in the demo: 2.92 card-hours left at ~640 a day read "runs out tomorrow"."""
+    daily = {TODAY - timedelta(days=n): 640 * CH for n in range(1, 8)}
+    left = {"used_ticks": 744 * CH - 292 * CH // 100, "quota_ticks": 744 * CH}
+    for day_left in (Fraction(1), Fraction(1, 2), Fraction(1, 100)):
+        forecast = burn_forecast(daily_ticks=daily, today=TODAY, expires=TODAY + timedelta(days=20),
+                                 day_left=day_left, **left)
+        assert forecast.run_out == TODAY and not forecast.exhausted, day_left
+    # the day is over (a past day's figures): it runs out on the next
+    over = burn_forecast(daily_ticks=daily, today=TODAY, expires=TODAY + timedelta(days=20), **left)
+    assert over.run_out == TODAY + timedelta(days=1)
+    # exactly the rest of today's burn: today; a tick more: tomorrow
+    half = {"quota_ticks": 1000 * CH, "today": TODAY, "expires": TODAY + timedelta(days=20), "day_left": Fraction(1, 2)}
+    assert burn_forecast(daily_ticks=daily, used_ticks=680 * CH, **half).run_out == TODAY
+    assert burn_forecast(daily_ticks=daily, used_ticks=680 * CH - 1, **half).run_out == TODAY + timedelta(days=1)
+    with pytest.raises(ValueError, match="day_left"):
+        burn_forecast(daily_ticks=daily, used_ticks=0, quota_ticks=CH, today=TODAY, expires=TODAY, day_left=Fraction(2))
 
 
 def test_a_zero_quota_is_used_up():
@@ -126,23 +150,26 @@ def test_a_burn_too_slow_for_the_calendar_never_runs_out():
 @given(
     daily=st.lists(st.integers(0, 50 * CH), min_size=10, max_size=10),
     quota=st.integers(0, 500 * CH), used=st.integers(0, 600 * CH), started=st.integers(0, 10),
+    day_left=st.fractions(min_value=0, max_value=1, max_denominator=86_400),
 )
-def test_the_run_out_day_is_the_first_day_the_burn_uses_up_the_rest(daily, quota, used, started):
+def test_the_run_out_day_is_the_first_day_the_burn_uses_up_the_rest(daily, quota, used, started, day_left):
     per_day = {TODAY - timedelta(days=n + 1): ticks for n, ticks in enumerate(daily)}
     forecast = burn_forecast(daily_ticks=per_day, quota_ticks=quota, used_ticks=used, today=TODAY,
-                             expires=TODAY + timedelta(days=30), period_start=TODAY - timedelta(days=started))
+                             expires=TODAY + timedelta(days=30), period_start=TODAY - timedelta(days=started),
+                             day_left=day_left)
     burn = forecast.burn_ticks_per_day
     assert forecast.burn_days == max(1, min(7, started))
     assert burn == Fraction(sum(daily[:min(7, started)]), forecast.burn_days)
     if quota - used <= 0:
-        assert forecast.run_out == TODAY
+        assert forecast.exhausted and forecast.run_out == forecast.exhausted_on <= TODAY
     elif burn == 0:
         assert forecast.run_out is None
     elif forecast.run_out is None:  # beyond the calendar
         assert (quota - used) / burn > (date.max - TODAY).days
-    else:
+    else:  # the rest of today burns day_left × burn, each later day burn
         days = (forecast.run_out - TODAY).days
-        assert days * burn >= quota - used > (days - 1) * burn
+        assert (day_left + days) * burn >= quota - used
+        assert days == 0 or quota - used > (day_left + days - 1) * burn
     assert forecast.runs_out_before_expiry == (forecast.run_out is not None and forecast.run_out < forecast.expires)
 
 

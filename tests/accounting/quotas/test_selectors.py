@@ -12,6 +12,7 @@ import pytest
 from accounting.models import DailyUnplacedUsage, DailyUsage, Quota
 from accounting.quotas.rules import overflow_totals
 from accounting.quotas.selectors import (
+    day_left,
     quota_status,
     quota_statuses,
     quotas_for,
@@ -21,6 +22,7 @@ from accounting.quotas.selectors import (
 from accounting.usage.services import aggregate_day
 from cluster.bookings.slots import epoch
 from cluster.models import Allocation, Gpu, GpuModel, Job, MinuteRollup, Node
+from core.timeutils import business_day_bounds
 from tests.conftest import T0
 
 DAY = date(2026, 11, 2)
@@ -81,6 +83,24 @@ def quota(team, card_hours_, *, model=None, start=DAY, days=30):
 
 # ---- status ---------------------------------------------------------------------------------------------
 
+def test_the_share_of_a_business_day_still_to_come():
+    start, end = business_day_bounds(DAY)
+    assert day_left(DAY, start - timedelta(hours=1)) == 1 and day_left(DAY, start) == 1
+    assert day_left(DAY, start + (end - start) / 4) == Fraction(3, 4)
+    assert day_left(DAY, end) == 0 and day_left(DAY, end + timedelta(days=3)) == 0
+
+
+def test_the_forecast_burns_the_rest_of_today_as_of_now(cast, team_a):
+    """Team-wide 100 card-hours, 22 used, 20 a day: from the start of the next day 78 last 3.9 days."""
+    team_wide = quota(team_a, "100")
+    start, _end = business_day_bounds(NEXT)
+    at_start = quota_statuses(quotas=[team_wide], today=NEXT, now=start)[0].forecast
+    assert at_start.run_out == NEXT + timedelta(days=3)  # 20 today, then 58 over 2.9 days
+    over = quota_statuses(quotas=[team_wide], today=NEXT)[0].forecast  # without now: the day counts as over
+    assert over.run_out == NEXT + timedelta(days=4)
+
+
+
 def test_it_counts_a_model_quota_and_a_team_wide_one(cast, team_a, django_assert_num_queries):
     h200 = quota(team_a, "5", model=cast["h200"])
     team_wide = quota(team_a, "100")
@@ -90,7 +110,9 @@ def test_it_counts_a_model_quota_and_a_team_wide_one(cast, team_a, django_assert
     assert model_status.used_card_hours == Decimal("18.000") and model_status.daily_ticks == {DAY: 16 * CH, NEXT: 2 * CH}
     assert model_status.remaining_card_hours == Decimal("-13.000")
     assert model_status.used_percent == Decimal("360.0") and model_status.thresholds == [50, 75, 90, 100]
-    assert model_status.forecast.run_out == NEXT
+    # used up on the first day (16 of 5 card-hours): it ran out then, not "today"
+    assert model_status.forecast.exhausted and model_status.forecast.exhausted_on == DAY
+    assert model_status.forecast.run_out == DAY
     # Team-wide: every model, team B's job not.
     assert team_status.used_card_hours == Decimal("22.000") and team_status.used_percent == Decimal("22.0")
     forecast = team_status.forecast

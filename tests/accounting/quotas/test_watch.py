@@ -60,8 +60,15 @@ def test_it_raises_each_threshold_once_on_its_day_and_closes_when_the_quota_is_r
     assert alerts[AlertKind.QUOTA_100].tier == AlertTier.CRITICAL
     assert {alerts[kind].tier for kind in opened_on if kind != AlertKind.QUOTA_100} == {AlertTier.WARNING}
     assert alerts[AlertKind.QUOTA_50].subject_label == "Team Alpha quota"
+    # Each keeps the figure of its crossing (100 card-hours on 20 November), not the latest (120 on the 24th),
+    # and links to the team page.
+    assert alerts[AlertKind.QUOTA_50].message.startswith("Crossed 50 % on ")
     assert "card-hours used" in alerts[AlertKind.QUOTA_50].message
-    assert alerts[AlertKind.QUOTA_100].details["used_card_hours"] == "120.000"
+    assert alerts[AlertKind.QUOTA_100].details["used_card_hours"] == "100.000"
+    assert "100.000 of 100.000 card-hours used (100.0 %)" in alerts[AlertKind.QUOTA_100].message
+    assert alerts[AlertKind.QUOTA_100].details["as_of"] == noon(date(2026, 11, 20)).isoformat()
+    assert alerts[AlertKind.QUOTA_100].last_seen_at == noon(date(2026, 11, 24))
+    assert alerts[AlertKind.QUOTA_50].details["path"] == f"/teams/{team_a.slug}/"
 
     # Raised to 200 card-hours on 25 November (125 used, 62.5 %): 75, 90 and 100 % end; 50 % stays open.
     quota.card_hours = Decimal(200)
