@@ -24,6 +24,8 @@ BUSY_COLOUR, IDLE_COLOUR, UNMEASURED_COLOUR = "#2ca02c", "#e8a33d", "#a7adba"
 LINE_COLOUR, FORECAST_COLOUR, MUTED = "#1f77b4", "#d62728", "#5d6677"
 # What each trace or shape is, in its ``meta`` or ``name``: tests and the page's JS tell them apart by it.
 REMAINING, FORECAST, EXPIRY, PARTIAL = "remaining", "forecast", "expiry", "partial"
+# A burn-down shows at most this many days before and after today (a long quota period is a window).
+BURNDOWN_PAST_DAYS, BURNDOWN_AHEAD_DAYS = 30, 30
 
 
 @dataclass(frozen=True)
@@ -92,8 +94,9 @@ def split_bar_figure(df: pd.DataFrame, *, title: str, text: TeamChartText = Team
 # ---- efficiency trend ----------------------------------------------------------------------------------------------
 
 def efficiency_figure(df: pd.DataFrame, *, title: str, text: TeamChartText = TeamChartText()) -> dict:
-    """Busy ÷ allocated per day in percent, 0–100, a gap where nothing was allocated; the partial last day
-    (today so far) is a hollow marker on a dotted segment (STYLE.md 6).
+    """Busy ÷ allocated per day in percent, 0–100, a gap (None) where nothing was allocated. The partial
+    last day (today so far) is left out of the line, which would dip on a day not yet over, and drawn as a
+    hollow marker of its own (STYLE.md 6).
 
     ``df``: rows of :func:`accounting.team_pages.selectors.efficiency_trend` (``day``, ``efficiency`` 0–1 or None,
     ``partial``)."""
@@ -104,22 +107,20 @@ def efficiency_figure(df: pd.DataFrame, *, title: str, text: TeamChartText = Tea
         return {"data": [], "layout": _with_note(layout, text.empty)}
     points = [(day.isoformat(), None if value is None or pd.isna(value) else round(float(value) * 100, 1), partial)
               for day, value, partial in df[["day", "efficiency", "partial"]].itertuples(index=False)]
-    done = [point for point in points if not point[2]]
-    partial = [point for point in points if point[2]]
+    done = [(x, y) for x, y, partial in points if not partial]
+    today = [(x, y) for x, y, partial in points if partial and y is not None]
     data = [{
         "type": "scatter", "mode": "lines+markers", "name": text.efficiency, "connectgaps": False,
-        "x": [x for x, _y, _p in done], "y": [y for _x, y, _p in done], "meta": {"role": "efficiency"},
+        "x": [x for x, _y in done], "y": [y for _x, y in done], "meta": {"role": "efficiency"},
         "line": {"color": LINE_COLOUR, "width": 2}, "marker": {"size": 5, "color": LINE_COLOUR},
         "hovertemplate": "%{y:.1f} %",
     }]
-    if partial and partial[0][1] is not None:
-        joined = ([done[-1]] if done and done[-1][1] is not None else []) + partial
+    if today:
         data.append({
-            "type": "scatter", "mode": "lines+markers", "name": f"{text.efficiency} · {text.today_so_far}",
-            "showlegend": False, "x": [x for x, _y, _p in joined], "y": [y for _x, y, _p in joined],
-            "meta": {"role": PARTIAL}, "line": {"color": LINE_COLOUR, "width": 2, "dash": "dot"},
-            "marker": {"size": 7, "color": LINE_COLOUR, "symbol": "circle-open"},
-            "hovertemplate": f"%{{y:.1f}} % · {text.today_so_far}",
+            "type": "scatter", "mode": "markers", "name": f"{text.efficiency} ({text.today_so_far})",
+            "x": [x for x, _y in today], "y": [y for _x, y in today], "meta": {"role": PARTIAL},
+            "marker": {"size": 9, "color": LINE_COLOUR, "symbol": "circle-open", "line": {"width": 2}},
+            "hovertemplate": f"%{{y:.1f}} % · {text.today_so_far}<extra></extra>",
         })
     return {"data": data, "layout": layout}
 
@@ -141,33 +142,53 @@ def forecast_points(*, remaining_ticks: int, burn_ticks_per_day: Fraction, today
             for n in range(days_left + 1)]
 
 
+def burndown_window(*, first: date, today: date, forecast_end: date) -> tuple[date, date]:
+    """The days a burn-down shows: from the quota's first day (at most :data:`BURNDOWN_PAST_DAYS` before
+    today) to where the forecast ends (its run-out day or the expiry, at most :data:`BURNDOWN_AHEAD_DAYS`
+    after today), widened by a margin (a twentieth of the span, at least a day) each side."""
+    start = max(first, today - timedelta(days=BURNDOWN_PAST_DAYS))
+    end = min(forecast_end, today + timedelta(days=BURNDOWN_AHEAD_DAYS))
+    margin = timedelta(days=max(1, math.ceil((end - start).days / 20)))
+    return start - margin, end + margin
+
+
 def burndown_figure(df: pd.DataFrame, *, quota_ticks: int, remaining_ticks: int, burn_ticks_per_day: Fraction,
                     today: date, expires: date, title: str, text: TeamChartText = TeamChartText()) -> dict:
     """A quota's remaining card-hours after each day so far (``df``: :func:`accounting.team_pages.selectors.
-    burndown_frame`), the forecast from today at the trailing burn (trace named ``text.forecast``) and a
-    vertical line on the expiry date."""
+    burndown_frame`) and the forecast from today at the trailing burn (trace named ``text.forecast``), on an
+    x axis that spans what was used and what is forecast (:func:`burndown_window`), not the whole period: a
+    year's quota a fortnight in would be a stroke in a corner. A vertical line marks the expiry; when it
+    falls outside the shown days, a note at the right edge says when it is."""
     forecast = forecast_points(remaining_ticks=remaining_ticks, burn_ticks_per_day=burn_ticks_per_day,
                                today=today, expires=expires)
     days = [day.isoformat() for day in df["day"]] if not df.empty else []
+    remaining = [_hours(ticks) for ticks in df["remaining_ticks"]] if days else []
     first = df["day"].iloc[0] if not df.empty else today
-    last = max(expires, forecast[-1][0])
-    x_axis = {"type": "date", "range": [(first - timedelta(days=1)).isoformat(), (last + timedelta(days=1)).isoformat()]}
-    layout = _layout(title, {"title": {"text": text.card_hours_axis}, "range": [0, _hours(quota_ticks) * 1.08 or 1]},
+    shown_from, shown_to = burndown_window(first=first, today=today, forecast_end=forecast[-1][0])
+    quota = _hours(quota_ticks)
+    lowest = min([0.0, *remaining, *(_hours(ticks) for _day, ticks in forecast)])
+    x_axis = {"type": "date", "range": [shown_from.isoformat(), shown_to.isoformat()]}
+    layout = _layout(title, {"title": {"text": text.card_hours_axis}, "range": [lowest, quota * 1.08 or 1]},
                      x_axis=x_axis)
     layout["hovermode"] = "x unified"
     data = [
-        {"type": "scatter", "mode": "lines+markers", "name": text.remaining, "x": days,
-         "y": [_hours(ticks) for ticks in df["remaining_ticks"]] if days else [], "meta": {"role": REMAINING},
-         "line": {"color": LINE_COLOUR, "width": 2}, "marker": {"size": 4, "color": LINE_COLOUR},
-         "hovertemplate": f"%{{y:.2f}} {text.card_hours_axis.lower()}"},
+        {"type": "scatter", "mode": "lines+markers", "name": text.remaining, "x": days, "y": remaining,
+         "meta": {"role": REMAINING}, "line": {"color": LINE_COLOUR, "width": 2},
+         "marker": {"size": 4, "color": LINE_COLOUR}, "hovertemplate": f"%{{y:.2f}} {text.card_hours_axis.lower()}"},
         {"type": "scatter", "mode": "lines", "name": text.forecast, "x": [day.isoformat() for day, _t in forecast],
          "y": [_hours(ticks) for _day, ticks in forecast], "meta": {"role": FORECAST},
          "line": {"color": FORECAST_COLOUR, "width": 2, "dash": "dash"},
          "hovertemplate": f"%{{y:.2f}} {text.card_hours_axis.lower()}"},
     ]
+    # The line stays in the dict when off the shown days: panning out still finds it.
     expiry = {"type": "line", "xref": "x", "yref": "paper", "x0": expires.isoformat(), "x1": expires.isoformat(),
               "y0": 0, "y1": 1, "line": {"color": MUTED, "width": 1.5, "dash": "dot"}, "name": EXPIRY}
-    label = {"text": f"{text.expires} {expires.isoformat()}", "xref": "x", "yref": "paper", "x": expires.isoformat(),
-             "y": 1, "xanchor": "right", "yanchor": "bottom", "showarrow": False,
-             "font": {"size": 11, "color": MUTED}}
+    label = {"text": f"{text.expires} {expires.isoformat()}", "yref": "paper", "y": 1, "yanchor": "bottom",
+             "showarrow": False, "font": {"size": 11, "color": MUTED}, "name": EXPIRY}
+    if shown_from <= expires <= shown_to:
+        label |= {"xref": "x", "x": expires.isoformat(), "xanchor": "right"}
+    elif expires > shown_to:
+        label |= {"text": f"{label['text']} →", "xref": "paper", "x": 1, "xanchor": "right"}
+    else:
+        label |= {"text": f"← {label['text']}", "xref": "paper", "x": 0, "xanchor": "left"}
     return {"data": data, "layout": {**layout, "shapes": [expiry], "annotations": [label]}}

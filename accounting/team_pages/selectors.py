@@ -4,45 +4,39 @@ card-hours. The charts are drawn from these by the pure functions of ``accountin
 
 Every read is a fixed number of queries whatever the number of days, projects, quotas or jobs.
 
-**Jobs by idle card-hours.** Idle needs minute rollups (DESIGN.md §4), so only the team's
-:data:`JOBS_CONSIDERED` most recently started jobs that ran this month are considered, and only their
-allocations' part inside the month (up to now) counts. Only the rollups below the idle threshold are
-fetched (a busy minute adds nothing to idle), in one query for all of them, and split per job by
-:func:`cluster.jobs.kpis.job_usage`; allocated card-hours come from the allocations alone.
+**Allocations by idle card-hours** are the daily board's ranking over the month so far, for the team:
+from the holders' daily usage, every job and booking, priced where the viewer sees costs.
 """
 
 from __future__ import annotations
 
-from bisect import bisect_left
 from collections import defaultdict
 from dataclasses import dataclass
-from datetime import UTC, date, datetime, timedelta
+from datetime import date, datetime, timedelta
 from decimal import Decimal
-from fractions import Fraction
 
 import pandas as pd
 from django.conf import settings
-from django.db.models import Case, F, IntegerField, Q, Sum, Value, When
+from django.db.models import Case, Count, F, IntegerField, OuterRef, Q, Subquery, Sum, Value, When
+from django.db.models.functions import Coalesce
 from django.utils.translation import gettext
 
 from accounting.models import DailyUnplacedUsage, DailyUsage, Quota
+from accounting.money.idle_ranking import IdleRow, rank_idle
 from accounting.money.statements import TOTAL_KIND, cost_team_ids, priced_usage
-from accounting.quotas.selectors import QuotaStatus, quota_statuses
+from accounting.quotas.selectors import QuotaStatus, quota_statuses, tightest_quotas
 from accounting.usage.figures import row_figures
 from accounting.usage.report import usage_report
 from accounting.usage.states import ALLOCATED_STATES, BUSY, UNMEASURED
 from cluster.choices import AlertKind, AlertSubject, AlertTier
-from cluster.jobs.kpis import AllocationSpan, MinuteUsage, job_usage, percent
-from cluster.jobs.kpis import card_hours as kpi_card_hours
-from cluster.jobs.selectors import spans_of
-from cluster.models import Alert, Allocation, Job, MinuteRollup
+from cluster.jobs.kpis import percent_of
+from cluster.models import Alert
 from core.money import MINOR_UNITS
 from core.timeutils import business_day_bounds, business_today, month_days
-from teams.models import Team
+from teams.models import Membership, Project, Team
 
 TREND_DAYS = 30
-JOBS_CONSIDERED = 50
-JOBS_SHOWN = 10
+ALLOCATIONS_SHOWN = 10
 SPLIT_COLUMNS = ["label", "busy", "idle", "unmeasured", "allocated"]
 TREND_COLUMNS = ["day", "busy_ticks", "allocated_ticks", "efficiency", "partial"]
 _TIER_RANK = Case(
@@ -92,6 +86,24 @@ def team_alerts(team: Team) -> list[Alert]:
         alert for alert in alerts
         if not (alert.subject_type == AlertSubject.QUOTA and alert.kind in QUOTA_LEVELS
                 and QUOTA_LEVELS.index(alert.kind) != highest[alert.subject_id])
+    ]
+
+
+@dataclass(frozen=True)
+class BannerRow:
+    """A warning on the team page: the alert (its figures as of its crossing) and, for a quota's alert,
+    that quota's status now: the same object the Quotas block shows, so the two always agree."""
+
+    alert: Alert
+    status: QuotaStatus | None
+
+
+def team_banner(team: Team, statuses: list[QuotaStatus]) -> list[BannerRow]:
+    """:func:`team_alerts`, each quota alert beside its quota's current status from ``statuses``."""
+    by_quota = {status.quota.pk: status for status in statuses}
+    return [
+        BannerRow(alert, by_quota.get(alert.subject_id) if alert.subject_type == AlertSubject.QUOTA else None)
+        for alert in team_alerts(team)
     ]
 
 
@@ -176,11 +188,12 @@ def efficiency_trend(team: Team, *, today: date, days: int = TREND_DAYS) -> pd.D
 
 # ---- quotas ----------------------------------------------------------------------------------------------------
 
-def active_quota_statuses(team: Team, *, today: date) -> list[QuotaStatus]:
-    """The status of each of the team's quotas in force today (team-wide first, then by model). Three queries."""
+def active_quota_statuses(team: Team, *, today: date, now: datetime) -> list[QuotaStatus]:
+    """The status of each of the team's quotas in force today as of ``now`` (team-wide first, then by
+    model). Three queries."""
     quotas = (Quota.objects.filter(team=team, period_start__lte=today, expires__gt=today)
               .select_related("gpu_model").order_by(F("gpu_model__short_name").asc(nulls_first=True), "pk"))
-    return quota_statuses(quotas=quotas, today=today)
+    return quota_statuses(quotas=quotas, today=today, now=now)
 
 
 def burndown_frame(status: QuotaStatus) -> pd.DataFrame:
@@ -224,82 +237,68 @@ def month_to_date_cost(team: Team, *, window: MonthWindow, user, now: datetime) 
     return MonthCost(amount=amount, currency=currency, unpriced=report.unpriced)
 
 
-# ---- jobs by idle card-hours ---------------------------------------------------------------------------------
+# ---- allocations by idle card-hours ---------------------------------------------------------------------------
+
+def allocations_by_idle(team: Team, *, window: MonthWindow, user, top: int = ALLOCATIONS_SHOWN) -> tuple[list[IdleRow], int]:
+    """The team's allocations this month so far (jobs, bookings, unplaced jobs: every one, not a sample)
+    ranked by idle card-hours through the daily board's ranking (:func:`accounting.money.idle_ranking.rank_idle`):
+    the first ``top`` and how many there are in all. Five queries."""
+    return rank_idle(window.first, window.today, user=user, team_id=team.pk, limit=top)
+
+
+# ---- the team list -------------------------------------------------------------------------------------------
 
 @dataclass(frozen=True)
-class IdleJob:
-    """One job's idle and allocated card-hours inside the month (2 places) and idle share of allocated (%)."""
+class TeamListRow:
+    """A row of the team list: every member and project of the team (whoever looks), its efficiency this
+    month to date (busy ÷ allocated, %, one decimal; None when nothing is allocated) and the used percent of
+    its tightest quota in force today (None when it has none)."""
 
-    job: Job
-    idle_card_hours: Decimal
-    allocated_card_hours: Decimal
-    idle_percent: Decimal | None
-    idle_ticks: Fraction
-
-
-def _clipped(spans: list[AllocationSpan], lo: datetime, hi: datetime) -> list[AllocationSpan]:
-    out = []
-    for span in spans:
-        start, end = max(span.start, lo), min(span.end or hi, hi)
-        if start < end:
-            out.append(AllocationSpan(gpu_id=span.gpu_id, share=span.share, start=start, end=end))
-    return out
+    team: Team
+    member_count: int
+    project_count: int
+    efficiency_percent: Decimal | None
+    quota_used_percent: Decimal | None
 
 
-def jobs_by_idle(team: Team, *, window: MonthWindow, now: datetime, limit: int = JOBS_CONSIDERED,
-                 top: int = JOBS_SHOWN) -> list[IdleJob]:
-    """The team's jobs ranked by idle card-hours this month (see the module docstring), at most ``top``
-    of the ``limit`` most recently started ones that ran this month. Three queries."""
-    start = window.start
-    jobs = list(
-        Job.objects.filter(team=team, start_time__isnull=False, start_time__lt=now)
-        .filter(Q(end_time__isnull=True) | Q(end_time__gt=start))
-        .select_related("project").order_by("-start_time", "-pk")[:limit]
+def _rows_per_team(model) -> Coalesce:
+    # A subquery, not Count() over a join: visible_to() joins the viewer's own memberships, so a join
+    # would count the viewer alone.
+    rows = model.objects.filter(team=OuterRef("pk")).order_by().values("team_id").annotate(n=Count("pk")).values("n")
+    return Coalesce(Subquery(rows), 0)
+
+
+def team_list_rows(user, *, now: datetime) -> list[TeamListRow]:
+    """The teams ``user`` may see, by name, each with its counts, efficiency and tightest quota. Six queries
+    whatever the number of teams."""
+    window = month_window(now=now)
+    teams = list(
+        Team.objects.visible_to(user)
+        .annotate(member_count=_rows_per_team(Membership), project_count=_rows_per_team(Project))
+        .order_by("name")
     )
-    if not jobs:
+    if not teams:
         return []
-    allocations: dict[int, list[Allocation]] = defaultdict(list)
-    for allocation in Allocation.objects.filter(job__in=[job.pk for job in jobs]).order_by("start", "pk"):
-        allocations[allocation.job_id].append(allocation)
-    spans = {job.pk: _clipped(spans_of(allocations[job.pk]), start, now) for job in jobs}
-    gpu_ids = sorted({span.gpu_id for job_spans in spans.values() for span in job_spans if span.gpu_id is not None})
-    threshold = settings.CARDHOUR_IDLE_THRESHOLD_PCT
-    minutes: dict[int, list[MinuteUsage]] = defaultdict(list)
-    if gpu_ids:
-        first = min(span.start for job_spans in spans.values() for span in job_spans).astimezone(UTC)
-        rows = (MinuteRollup.objects.filter(gpu_id__in=gpu_ids, bucket__gte=first.replace(second=0, microsecond=0),
-                                            bucket__lt=now, util_mean__lt=threshold, util_covered_s__gt=0)
-                .order_by("gpu_id", "bucket").values_list("gpu_id", "bucket", "util_mean", "util_covered_s"))
-        for gpu_id, bucket, util_mean, covered in rows:
-            minutes[gpu_id].append(MinuteUsage(gpu_id=gpu_id, minute=bucket, util_mean=util_mean,
-                                               util_covered_s=covered))
-    ranked = []
-    for job in jobs:
-        job_minutes = [row for gpu_id, (lo, hi) in _gpu_ranges(spans[job.pk]).items()
-                       for row in _minutes_in(minutes[gpu_id], lo, hi)]
-        usage = job_usage(spans[job.pk], job_minutes, now=now, idle_threshold_pct=threshold)
-        if not usage.allocated_ticks:
-            continue
-        ranked.append(IdleJob(
-            job=job, idle_card_hours=kpi_card_hours(usage.idle_card_hours),
-            allocated_card_hours=kpi_card_hours(usage.allocated_card_hours),
-            idle_percent=percent(usage.idle_ticks / usage.allocated_ticks), idle_ticks=usage.idle_ticks,
-        ))
-    ranked.sort(key=lambda row: (-row.idle_ticks, -row.job.start_time.timestamp(), -row.job.pk))
-    return ranked[:top]
-
-
-def _gpu_ranges(spans: list[AllocationSpan]) -> dict[int, tuple[datetime, datetime]]:
-    """Each placed GPU's first start and last end over the spans (so each minute is passed once)."""
-    ranges: dict[int, tuple[datetime, datetime]] = {}
-    for span in spans:
-        if span.gpu_id is not None:
-            lo, hi = ranges.get(span.gpu_id, (span.start, span.end))
-            ranges[span.gpu_id] = (min(lo, span.start), max(hi, span.end))
-    return ranges
-
-
-def _minutes_in(rows: list[MinuteUsage], lo: datetime, hi: datetime) -> list[MinuteUsage]:
-    """The rows (sorted by minute) of the minutes that ``[lo, hi)`` overlaps."""
-    first = lo.astimezone(UTC).replace(second=0, microsecond=0)
-    return rows[bisect_left(rows, first, key=lambda row: row.minute):bisect_left(rows, hi, key=lambda row: row.minute)]
+    ids = [team.pk for team in teams]
+    days = {"team_id__in": ids, "day__gte": window.first, "day__lte": window.today}
+    busy: dict[int, int] = defaultdict(int)
+    allocated: dict[int, int] = defaultdict(int)
+    placed = (DailyUsage.objects.filter(state__in=ALLOCATED_STATES, **days)
+              .values_list("team_id", "state").annotate(total=Sum("ticks")).order_by())
+    for team_id, state, total in placed:
+        allocated[team_id] += total
+        if state == BUSY:
+            busy[team_id] += total
+    # Unplaced usage is allocated and unmeasured (as in efficiency_trend): it counts against efficiency.
+    unplaced = DailyUnplacedUsage.objects.filter(**days).values_list("team_id").annotate(total=Sum("ticks")).order_by()
+    for team_id, total in unplaced:
+        allocated[team_id] += total
+    tightest = tightest_quotas(window.today, ids, now=now)  # as the board's team table reads it
+    return [
+        TeamListRow(
+            team=team, member_count=team.member_count, project_count=team.project_count,
+            efficiency_percent=percent_of(busy[team.pk], allocated[team.pk]),
+            quota_used_percent=tightest[team.pk].used_percent if team.pk in tightest else None,
+        )
+        for team in teams
+    ]

@@ -1,11 +1,11 @@
 """The team list and a team's page: its card-hours, costs, quotas and people."""
 
 from django.contrib.auth.decorators import login_required
-from django.db.models import Count
 from django.shortcuts import get_object_or_404, render
 from django.utils import timezone
 from django.utils.translation import gettext
 
+from accounting.quotas.rules import card_hours_from_ticks
 from accounting.team_pages import charts as team_charts
 from accounting.team_pages import selectors as team_page
 from accounting.team_pages.charts import TeamChartText
@@ -14,12 +14,9 @@ from teams.models import Team
 
 @login_required
 def team_list(request):
-    teams = (
-        Team.objects.visible_to(request.user)
-        .annotate(member_count=Count("memberships", distinct=True), project_count=Count("projects", distinct=True))
-        .order_by("name")
-    )
-    return render(request, "accounting/team_list.html", {"teams": teams})
+    """The teams the user may see: members, projects, efficiency this month and the tightest quota's use."""
+    rows = team_page.team_list_rows(request.user, now=timezone.now())
+    return render(request, "accounting/team_list.html", {"rows": rows, "teams": [row.team for row in rows]})
 
 def team_chart_text() -> TeamChartText:
     return TeamChartText(
@@ -46,10 +43,12 @@ def team_detail(request, slug: str):
     by_project = team_page.usage_by_project(team, window=window, user=request.user, now=now)
     by_model = team_page.usage_by_model(team, window=window)
     quotas = []
-    for status in team_page.active_quota_statuses(team, today=window.today):
+    statuses = team_page.active_quota_statuses(team, today=window.today, now=now)
+    for status in statuses:
         label = _quota_label(status.quota)
         quotas.append({
             "status": status, "label": label, "chart_id": f"chart-burndown-{status.quota.pk}",
+            "burn_card_hours": card_hours_from_ticks(round(status.forecast.burn_ticks_per_day)),
             "chart": team_charts.burndown_figure(
                 team_page.burndown_frame(status), quota_ticks=status.quota_ticks,
                 remaining_ticks=status.remaining_ticks, burn_ticks_per_day=status.forecast.burn_ticks_per_day,
@@ -63,7 +62,7 @@ def team_detail(request, slug: str):
         "memberships": memberships,
         "projects": projects,
         "window": window,
-        "alerts": team_page.team_alerts(team),
+        "banner": team_page.team_banner(team, statuses),
         "by_project": by_project.to_dict("records"),
         "by_project_totals": team_page.split_totals(by_project),
         "by_model": by_model.to_dict("records"),
@@ -77,6 +76,6 @@ def team_detail(request, slug: str):
         "quotas": quotas,
         "sees_costs": sees_costs,
         "cost": team_page.month_to_date_cost(team, window=window, user=request.user, now=now) if sees_costs else None,
-        "idle_jobs": team_page.jobs_by_idle(team, window=window, now=now),
-        "jobs_considered": team_page.JOBS_CONSIDERED,
+        "idle": dict(zip(("rows", "total"), team_page.allocations_by_idle(team, window=window, user=request.user),
+                         strict=True)),
     })

@@ -15,6 +15,8 @@ from accounting.models import DailyUnplacedUsage, DailyUsage, Quota
 from accounting.quotas.rules import burn_forecast
 from accounting.team_pages import charts as team_charts
 from accounting.usage.services import usage_process
+from boards.ranking import idle_ranking
+from boards.scope import BoardScope
 from cluster.models import Alert, Gpu
 from teams.models import Project
 from tests.accounting.money import test_close
@@ -76,7 +78,7 @@ def test_it_shows_a_lead_the_banner_usage_quota_and_cost(client, lead_a, usage):
     response = client.get(url(usage.team))
     assert response.status_code == 200
     context = response.context
-    assert [a.message for a in context["alerts"]] == [
+    assert [row.alert.message for row in context["banner"]] == [
         "Team Alpha has used 90 % of its quota.", "A quota of Team Alpha expires soon."]  # warning before info
     html = response.content.decode()
     assert 'data-testid="quota-banner"' in html and "Team Beta has used" not in html
@@ -144,7 +146,7 @@ def test_the_query_count_is_fixed(client, lead_a, usage, small_cluster, django_a
     assert "Half the L40S quota is used." in response.content.decode()
 
 
-QUERIES = 36
+QUERIES = 39  # the allocations ranked as on the board: holders, teams, jobs, bookings, rates (was 3 for a sample of jobs)
 
 
 @pytest.mark.django_db
@@ -156,14 +158,21 @@ def test_the_month_to_date_cost_and_idle_jobs_of_a_priced_month(client, lead_a, 
     response = client.get(url(team_a))
     assert response.context["cost"].amount == Decimal("155.09")  # as test_close prices team A's November
     assert "155.09 CNY" in response.content.decode()
-    jobs = response.context["idle_jobs"]
-    # a-train idled 02:00–02:29 and half of 02:29 on one GPU: 29.5 min = 0.49 card-hours of its 2.
-    assert (jobs[0].job.external_id, jobs[0].idle_card_hours, jobs[0].allocated_card_hours) == (
-        "a-train-1", Decimal("0.49"), Decimal("2.00"))
-    assert all(row.idle_card_hours == 0 for row in jobs[1:])
-    assert {row.job.external_id for row in jobs} == {"a-train-1", "a-in-booking-10.5", "a-unplaced-5"}
+    # Every allocation of the month, bookings included, ranked as the daily board ranks them: a-train idled
+    # 02:00–02:29 and half of 02:29 on one GPU (29.5 min = 0.4917 card-hours of its 2), priced at 20 CNY.
+    rows, total = response.context["idle"]["rows"], response.context["idle"]["total"]
+    assert total == 3
+    assert [(r.kind, r.label, r.idle_card_hours, r.allocated_card_hours, r.idle_cost) for r in rows] == [
+        ("job", "a-train-1", Decimal("0.4917"), Decimal("2.0000"), Decimal("9.83")),
+        ("job", "a-unplaced-5", Decimal("0.0000"), Decimal("4.0000"), Decimal("0.00")),
+        ("booking", "#1", Decimal("0.0000"), Decimal("2.0000"), Decimal("0.00")),
+    ]
+    board = idle_ranking(BoardScope(day=date(2026, 11, 2), now=END_OF_MONTH, team_id=team_a.pk), user=lead_a)
+    assert [(r.label, r.idle_ticks) for r in board if r.idle_ticks] == [(rows[0].label, rows[0].idle_ticks)]
     client.force_login(engineer_a)
-    assert "155.09" not in client.get(url(team_a)).content.decode()
+    as_engineer = client.get(url(team_a))
+    assert "155.09" not in as_engineer.content.decode()
+    assert [r.idle_cost for r in as_engineer.context["idle"]["rows"]] == [None, None, None]
 
 
 # ---- pure chart functions -----------------------------------------------------------------------------------------
@@ -234,5 +243,5 @@ def test_the_banner_shows_a_quotas_highest_threshold_only(client, lead_a, usage)
     alert("quota", usage.pk, "quota_50", "warning", "Team Alpha has used 50 % of its quota.")
     alert("quota", usage.pk, "quota_expiry", "warning", "Team Alpha's quota expires soon.")
     client.force_login(lead_a)
-    shown = [a.kind for a in client.get(url(usage.team)).context["alerts"]]
+    shown = [row.alert.kind for row in client.get(url(usage.team)).context["banner"]]
     assert "quota_90" in shown and "quota_50" not in shown and "quota_expiry" in shown
