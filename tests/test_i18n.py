@@ -119,6 +119,15 @@ def test_it_translates_every_entry_and_none_is_fuzzy(messages):
     assert not problems, "\n".join(problems)
 
 
+def test_product_words_are_translated_not_left_in_english(messages):
+    """Seen on the node page (issue 15): "Agent" stood in the Chinese labels. Words of the product's own
+    vocabulary are translated; names of protocols and formats (URL, Bearer, CSV, GPU, XID …) may stay."""
+    untranslated = re.compile(r"\b(Agent|agent|Booking|Quota|Idle|Busy)\b")
+    problems = [f"{entry.label}: {text!r}" for entry in messages for text in entry.msgstr.values()
+                if untranslated.search(PLACEHOLDER.sub("", text))]
+    assert not problems, "\n".join(problems)
+
+
 def test_it_keeps_the_placeholders_of_each_msgid(messages):
     problems = []
     for entry in messages:

@@ -233,3 +233,17 @@ def test_a_week_is_monday_to_monday_in_the_display_zone():
                           viewer_team_ids=[], group="node", now=NOW, zone=berlin)
     assert [c.day.isoformat() for c in week.days] == [f"2026-10-{d}" for d in range(19, 26)]
     assert week.days[-1].width_pct == round(25 / 169 * 100, 4)  # Sunday has 25 hours
+
+
+def test_the_calendar_writes_its_days_the_chinese_way_in_chinese(client, engineer_a, team_a, week):
+    """Seen in the demo: "星期一 30 十一月" (the English order in Chinese words)."""
+    book(engineer_a, team_a, gpus=[gpu("h200-a/1")], start=at(10), end=at(12))
+    client.force_login(engineer_a)
+    english = client.get(CALENDAR).content.decode()
+    assert ">Mon 2 Nov</div>" in english and "Week of Mon 2 Nov 2026 to Sun 8 Nov 2026" in english
+    assert "Mon 2 Nov 10:00–Mon 2 Nov 12:00" in english
+    client.post("/i18n/setlang/", {"language": "zh-hans", "next": CALENDAR})
+    chinese = client.get(CALENDAR).content.decode()
+    assert ">11月2日 星期一</div>" in chinese and "2026年11月2日 星期一" in chinese
+    assert "11月2日 星期一 10:00–11月2日 星期一 12:00" in chinese
+    assert "十一月" not in chinese
