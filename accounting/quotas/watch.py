@@ -22,6 +22,7 @@ from accounting.quotas.selectors import QuotaStatus, quota_statuses
 from cluster.choices import AlertKind, AlertSubject, AlertTier
 from cluster.models import Alert
 from cluster.status.services import alert_close, alert_raise
+from core.languages import in_every_language
 from core.timeutils import business_today
 
 THRESHOLD_KINDS = {50: AlertKind.QUOTA_50, 75: AlertKind.QUOTA_75, 90: AlertKind.QUOTA_90, 100: AlertKind.QUOTA_100}
@@ -85,7 +86,8 @@ def quota_alerts(*, now: datetime) -> dict:
             if threshold in reached:
                 _alert, new = alert_raise(
                     subject_type=AlertSubject.QUOTA, subject_id=quota.pk, subject_label=label, kind=kind,
-                    tier=threshold_tier(threshold), message=_crossing_message(status, threshold, now),
+                    tier=threshold_tier(threshold),
+                    message=in_every_language(lambda s=status, t=threshold: _crossing_message(s, t, now)),
                     details=details, at=now, keep_message=True,
                 )
                 opened += new
@@ -93,11 +95,9 @@ def quota_alerts(*, now: datetime) -> dict:
                 closed += alert_close(subject_type=AlertSubject.QUOTA, subject_id=quota.pk, kind=kind, at=now)
         if status.expiry_warning:
             days_left = (quota.expires - today).days
-            expiry_message = ngettext(
-                "Expires on %(day)s, in %(days)d day.", "Expires on %(day)s, in %(days)d days.", days_left,
-            ) % {
-                "day": date_format(quota.expires), "days": days_left,
-            }
+            expiry_message = in_every_language(lambda q=quota, n=days_left: ngettext(
+                "Expires on %(day)s, in %(days)d day.", "Expires on %(day)s, in %(days)d days.", n,
+            ) % {"day": date_format(q.expires), "days": n})
             _alert, new = alert_raise(
                 subject_type=AlertSubject.QUOTA, subject_id=quota.pk, subject_label=label,
                 kind=AlertKind.QUOTA_EXPIRY, tier=AlertTier.WARNING, message=expiry_message, details=details, at=now,

@@ -24,6 +24,7 @@ from accounting.usage.inputs import allocations_in_window
 from cluster.choices import AlertKind, AlertSubject, AlertTier
 from cluster.models import Alert, Allocation, Gpu, Job
 from cluster.status.services import alert_close, alert_raise
+from core.languages import in_every_language
 from core.timeutils import business_day_bounds
 from core.timewindow import WINDOW_TEXT, rfc3339_utc
 
@@ -64,9 +65,10 @@ class UsageFailures:
         alert, _opened = alert_raise(
             subject_type=subject[0], subject_id=subject[1], subject_label=label, kind=AlertKind.USAGE_FAILED,
             tier=AlertTier.CRITICAL, at=self.now, details={"days": days, "error": text},
-            message=_("The usage of %(subject)s on %(day)s could not be aggregated (%(error)s); its earlier "
-                      "figures stay until it aggregates again.") % {"subject": label, "day": day.isoformat(),
-                                                                     "error": text},
+            message=in_every_language(lambda: _(
+                "The usage of %(subject)s on %(day)s could not be aggregated (%(error)s); its earlier figures stay "
+                "until it aggregates again.") % {"subject": label if gpu_id is not None else _("unplaced usage"),
+                                                 "day": day.isoformat(), "error": text}),
         )
         self._open[subject] = alert
 
@@ -104,7 +106,7 @@ class UsageFailures:
                 subject_type=AlertSubject.JOB, subject_id=job.pk, subject_label=job_label(job)[:200],
                 kind=AlertKind.USAGE_FAILED, tier=AlertTier.CRITICAL, at=self.now,
                 details={"job": job.pk, "start": _text(job.start_time), "end": _text(job.end_time)},
-                message=bad_job_message(job),
+                message=in_every_language(lambda job=job: bad_job_message(job)),
             )
         stale = (Alert.objects.open().filter(kind=AlertKind.USAGE_FAILED, subject_type=AlertSubject.JOB)
                  .exclude(subject_id__in=[*bad_ids, UNPLACED_SUBJECT[1]]).values_list("subject_id", flat=True))

@@ -33,6 +33,7 @@ from cluster.models import (
     Node,
 )
 from cluster.status.services import alert_close, alert_raise
+from core.languages import in_every_language
 from teams.models import Team
 
 # The idle clock reads at most this many minutes beyond the team's longest idle limit: unmeasured
@@ -133,11 +134,11 @@ def _release(booking: Booking, gpus: list[Gpu], idle: int, now: datetime) -> boo
         if booking_release(booking_id=booking.pk, at=now) is None:
             return False
         alert_close(subject_type=AlertSubject.BOOKING, subject_id=booking.pk, kind=AlertKind.BOOKING_IDLE, at=now)
-        message = ngettext(
+        message = in_every_language(lambda: ngettext(
             "Booking #%(id)d released: its GPU %(gpus)s was idle for %(minutes)d minutes.",
             "Booking #%(id)d released: its GPUs %(gpus)s were idle for %(minutes)d minutes.",
             len(gpus),
-        ) % {"id": booking.pk, "gpus": ", ".join(str(gpu) for gpu in gpus), "minutes": idle}
+        ) % {"id": booking.pk, "gpus": ", ".join(str(gpu) for gpu in gpus), "minutes": idle})
         alert_raise(
             subject_type=AlertSubject.BOOKING, subject_id=booking.pk,
             subject_label=booking_label(booking.pk, booking.team.name),
@@ -150,13 +151,17 @@ def _release(booking: Booking, gpus: list[Gpu], idle: int, now: datetime) -> boo
 
 
 def _warn(booking: Booking, gpus: list[Gpu], idle: int, release_minutes: int, now: datetime) -> bool:
-    message = ngettext(
-        "The GPU of booking #%(id)d has been idle for %(minutes)d minutes.",
-        "All %(n)d GPUs of booking #%(id)d have been idle for %(minutes)d minutes.",
-        len(gpus),
-    ) % {"n": len(gpus), "id": booking.pk, "minutes": idle}
-    if release_minutes:
-        message += " " + _("The booking is released after %(n)d idle minutes.") % {"n": release_minutes}
+    def text() -> str:
+        message = ngettext(
+            "The GPU of booking #%(id)d has been idle for %(minutes)d minutes.",
+            "All %(n)d GPUs of booking #%(id)d have been idle for %(minutes)d minutes.",
+            len(gpus),
+        ) % {"n": len(gpus), "id": booking.pk, "minutes": idle}
+        if release_minutes:
+            message += " " + _("The booking is released after %(n)d idle minutes.") % {"n": release_minutes}
+        return message
+
+    message = in_every_language(text)
     with transaction.atomic():
         _alert, opened = alert_raise(
             subject_type=AlertSubject.BOOKING, subject_id=booking.pk,
@@ -215,11 +220,11 @@ def bookings_remind(*, now: datetime) -> int:
             if not Booking.objects.filter(pk=booking.pk, reminded_at__isnull=True).update(reminded_at=now):
                 continue
             minutes = max(1, round((booking.end - now).total_seconds() / 60))
-            message = ngettext(
+            message = in_every_language(lambda booking=booking, minutes=minutes: ngettext(
                 "Booking #%(id)d ends at %(end)s, in %(minutes)d minute. Extend it now if you need the GPUs longer.",
                 "Booking #%(id)d ends at %(end)s, in %(minutes)d minutes. Extend it now if you need the GPUs longer.",
                 minutes,
-            ) % {"id": booking.pk, "end": _local_moment(booking.end, now=now), "minutes": minutes}
+            ) % {"id": booking.pk, "end": _local_moment(booking.end, now=now), "minutes": minutes})
             alert_raise(
                 subject_type=AlertSubject.BOOKING, subject_id=booking.pk,
                 subject_label=booking_label(booking.pk, booking.team.name), kind=AlertKind.BOOKING_ENDING,
@@ -290,7 +295,8 @@ def booking_conflicts_check(*, now: datetime) -> dict[str, int]:
         alert_raise(
             subject_type=AlertSubject.BOOKING, subject_id=booking_id,
             subject_label=booking_label(booking_id, rows[0][1]),
-            kind=AlertKind.BOOKING_CONFLICT, tier=AlertTier.CRITICAL, message=_conflict_message(booking_id, rows),
+            kind=AlertKind.BOOKING_CONFLICT, tier=AlertTier.CRITICAL,
+            message=in_every_language(lambda booking_id=booking_id, rows=rows: _conflict_message(booking_id, rows)),
             details={"gpus": sorted({f"{row[2]}/{row[3]}" for row in rows})}, at=now,
         )
     over = _open_alert_subjects(AlertKind.BOOKING_CONFLICT) - set(per_booking)

@@ -5,6 +5,9 @@ from django.utils.translation import gettext_lazy as _
 
 from cluster.choices import AlertKind, AlertSubject, AlertTier, NodeStatus
 from cluster.inventory.models import Node
+from core.languages import in_current_language
+
+MESSAGE_IN = "message_in"  # details' key of an alert's message in every language
 
 
 class NodeStatusPeriod(models.Model):
@@ -76,6 +79,11 @@ class Alert(models.Model):
 
     def __str__(self) -> str:
         return f"{self.get_tier_display()}: {self.get_kind_display()} · {self.subject_label}"
+
+    @property
+    def text(self) -> str:
+        """The message in the reader's language where it was written in each (``details["message_in"]``)."""
+        return in_current_language((self.details or {}).get(MESSAGE_IN), self.message)
 
     @property
     def tier_colour(self) -> str:

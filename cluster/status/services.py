@@ -4,11 +4,13 @@ from __future__ import annotations
 
 from datetime import datetime
 
+from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from cluster.choices import AlertSubject
 from cluster.models import Alert, Node, NodeStatusPeriod
+from cluster.status.models import MESSAGE_IN
 
 
 @transaction.atomic
@@ -35,13 +37,17 @@ def node_status_set(*, node: Node, status: str, at: datetime | None = None, reas
 
 
 def alert_raise(
-    *, subject_type: str, subject_id: int, subject_label: str, kind: str, tier: str, message: str,
+    *, subject_type: str, subject_id: int, subject_label: str, kind: str, tier: str, message: str | dict[str, str],
     details: dict | None = None, at: datetime | None = None, keep_message: bool = False,
 ) -> tuple[Alert, bool]:
     """Open an episode of ``kind`` on the subject, or refresh the open one (when it was last seen; its
     message and details too, unless ``keep_message``: an alert that says what it was when it opened, such
-    as a quota's crossing). Returns (alert, opened)."""
+    as a quota's crossing). ``message`` is a text, or one per language (``core.languages.in_every_language``:
+    the alert keeps them all and shows each reader theirs, ``Alert.text``). Returns (alert, opened)."""
     at = at or timezone.now()
+    if isinstance(message, dict):
+        details = {**(details or {}), MESSAGE_IN: message}
+        message = message.get(settings.LANGUAGE_CODE) or next(iter(message.values()))
     for _attempt in range(2):
         try:
             with transaction.atomic():

@@ -15,6 +15,7 @@ import psycopg
 from django.conf import settings
 from django.db import DataError, transaction
 from django.utils import timezone
+from django.utils.translation import ngettext
 
 from cluster.choices import AlertKind, AlertSubject, AlertTier, NodeStatus
 from cluster.inventory.sync import inventory_apply
@@ -23,6 +24,7 @@ from cluster.status.services import alert_close, alert_raise, node_alert_raise, 
 from cluster.telemetry import agent_client
 from cluster.telemetry.agent_client import AgentError, AgentProtocolError
 from cluster.telemetry.ingest import IngestResult, ingest_json_lines
+from core.languages import in_every_language
 
 log = logging.getLogger(__name__)
 
@@ -183,17 +185,28 @@ def _record_failure(node: Node, error: AgentError, *, now: datetime) -> None:
     node_alert_raise(node, kind=kind, tier=tier, message=str(error)[:500], at=now)
 
 
+def _xid_text(count: int, gpu: Gpu) -> str:
+    return ngettext("%(n)d new XID error on %(gpu)s", "%(n)d new XID errors on %(gpu)s", count) % {
+        "n": count, "gpu": gpu}
+
+
+def _ecc_text(count: int, gpu: Gpu) -> str:
+    return ngettext("%(n)d new double-bit ECC error on %(gpu)s", "%(n)d new double-bit ECC errors on %(gpu)s",
+                    count) % {"n": count, "gpu": gpu}
+
+
 def _raise_gpu_error_alerts(node: Node, result: IngestResult, *, now: datetime) -> None:
     if not result.gpu_errors:
         return
     gpus = Gpu.objects.in_bulk(list(result.gpu_errors))
     for gpu_id, (xid, ecc) in result.gpu_errors.items():
         gpu = gpus[gpu_id]
-        for count, kind, what in ((xid, AlertKind.GPU_XID, "XID"), (ecc, AlertKind.GPU_ECC_DBE, "double-bit ECC")):
+        for count, kind, text in ((xid, AlertKind.GPU_XID, _xid_text), (ecc, AlertKind.GPU_ECC_DBE, _ecc_text)):
             if count:
                 alert_raise(
                     subject_type=AlertSubject.GPU, subject_id=gpu_id, subject_label=str(gpu), kind=kind,
-                    tier=AlertTier.CRITICAL, message=f"{count} new {what} error(s) on {gpu}",
+                    tier=AlertTier.CRITICAL,
+                    message=in_every_language(lambda text=text, count=count, gpu=gpu: text(count, gpu)),
                     details={"node": node.hostname, "uuid": gpu.uuid}, at=now,
                 )
 

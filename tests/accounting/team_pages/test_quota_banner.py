@@ -105,3 +105,24 @@ def test_a_quota_alert_links_to_the_team_page_from_the_notifications(client, lea
     html = client.get(reverse("accounting:notifications")).content.decode()
     assert f'href="{url(team_a)}" data-testid="alert-link"' in html
     assert "Crossed 50 % on " in html
+
+
+def test_an_alert_reads_in_the_readers_language(client, lead_a, team_a, h200, fixed_now):
+    """Alerts are written by a worker in no one's language: each keeps its message in every language and the
+    page shows the reader's (issue 15: alert texts in English on the Chinese pages)."""
+    from django.utils import translation
+
+    quota_of(team_a, "100")
+    burn(team_a, h200, 10, 6)
+    fixed_now(NOW)
+    quota_alerts(now=NOW)
+    alert = Alert.objects.get(kind="quota_50")
+    assert alert.message.startswith("Crossed 50 % on ")  # the stored message: the site's language
+    with translation.override("zh-hans"):
+        assert alert.text.startswith("已于 ") and "越过 50 %" in alert.text
+    with translation.override("en"):
+        assert alert.text == alert.message
+    client.force_login(lead_a)
+    client.post("/i18n/setlang/", {"language": "zh-hans", "next": url(team_a)})
+    html = client.get(url(team_a)).content.decode()
+    assert "越过 50 %：已使用 60.000 / 100.000 卡时（60.0 %）" in html and "Crossed 50 %" not in html
