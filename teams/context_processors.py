@@ -20,6 +20,7 @@ def navigation(request):
         return {"nav_entries": [], "nav_roles": []}
     entries = [
         NavEntry(_("Board"), reverse("boards:daily"), "board"),
+        NavEntry(_("Monthly profile"), reverse("boards:profile"), "profile"),
         NavEntry(_("Inventory"), reverse("cluster:inventory"), "inventory"),
         NavEntry(_("Jobs"), reverse("cluster:job-list"), "jobs"),
         NavEntry(_("Bookings"), reverse("cluster:booking-calendar"), "bookings"),

@@ -1,0 +1,134 @@
+"""The resource profile page (issue 15): ``/board/profile/?month=YYYY-MM`` for every role (card-hours and team
+names are cluster-wide figures; the page shows no money), and its tables as CSV
+(``?format=csv&table=models|teams|need``). Thin: ``boards/periods/profile.py`` reads, ``charts.py`` draws."""
+
+from __future__ import annotations
+
+from datetime import date, datetime
+
+from django.contrib.auth.decorators import login_required
+from django.shortcuts import render
+from django.utils import timezone
+from django.utils.translation import gettext, gettext_lazy
+
+from accounting.money.exports import download_response
+from accounting.money.statements import period_label
+from boards.periods.charts import ProfileText, held_figure
+from boards.periods.profile import MonthProfile, Need, ProfileRow, month_profile, next_month_need
+from core.html import json_script
+from core.timeutils import business_today, month_days, previous_month
+from core.timewindow import WINDOW_START
+
+MONTH_RULE = gettext_lazy(
+    "The “month” parameter must be a month written YYYY-MM, from 2000-01 to the current month.")
+TABLE_RULE = gettext_lazy("The “table” parameter must be models, teams or need.")
+FORMAT_RULE = gettext_lazy("The “format” parameter must be csv.")
+TABLES = ("models", "teams", "need")
+ROW_COLUMNS = ["peak_gpus_held", "mean_gpus_held", "card_hours_allocated", "card_hours_busy", "card_hours_idle",
+               "card_hours_unmeasured", "efficiency_pct"]
+NEED_COLUMNS = ["kind", "name", "months_used", "method", "projected_gpus", "low_gpus", "high_gpus", "band_gpus",
+                "last_month_mean_gpus", "capacity_gpus", "headroom_gpus"]
+
+
+class BadParameter(ValueError):
+    """A query parameter that breaks its rule: ``field`` names it, the message says the rule."""
+
+    def __init__(self, field: str, rule):
+        super().__init__(str(rule))
+        self.field, self.rule = field, rule
+
+
+def requested_month(text: str | None, *, now: datetime) -> date:
+    """The first day of ``?month`` (default: the current business month); :class:`BadParameter` when it is not
+    YYYY-MM in [2000-01, the current month]."""
+    current = month_days(business_today(now=now))[0]
+    if not text:
+        return current
+    try:
+        year, month = text.split("-")
+        if len(year) != 4 or len(month) != 2:
+            raise ValueError(text)
+        first = date(int(year), int(month), 1)
+    except ValueError:
+        raise BadParameter("month", MONTH_RULE) from None
+    if not WINDOW_START.date() <= first <= current:
+        raise BadParameter("month", MONTH_RULE)
+    return first
+
+
+def profile_text() -> ProfileText:
+    return ProfileText(held_axis=gettext("GPUs held (concurrent)"), total=gettext("Cluster"),
+                       capacity=gettext("Capacity (GPUs in service)"), partial=gettext("hour still running"),
+                       no_data=gettext("No hourly usage in this month"))
+
+
+def _row_dict(row: ProfileRow, name_column: str, name: str) -> dict:
+    return {name_column: name, "peak_gpus_held": row.peak, "mean_gpus_held": row.mean,
+            "mean_gpus_in_service": row.capacity, "card_hours_allocated": row.allocated,
+            "card_hours_busy": row.busy, "card_hours_idle": row.idle, "card_hours_unmeasured": row.unmeasured,
+            "efficiency_pct": row.efficiency}
+
+
+def _need_dicts(need: Need) -> list[dict]:
+    rows = []
+    for kind, items in (("team", need.teams), ("model", need.models), ("cluster", [need.total])):
+        for item in items:
+            p = item.projection
+            rows.append({"kind": kind, "name": item.name or (gettext("Cluster") if kind == "cluster" else ""),
+                         "months_used": p.months_used, "method": p.method, "projected_gpus": p.value,
+                         "low_gpus": p.low, "high_gpus": p.high, "band_gpus": p.band,
+                         "last_month_mean_gpus": p.last_mean, "capacity_gpus": item.capacity,
+                         "headroom_gpus": item.headroom})
+    return rows
+
+
+def _download(table: str, profile: MonthProfile, need: Need):
+    label = period_label(profile.month)
+    if table == "models":
+        columns = ["gpu_model", "mean_gpus_in_service", *ROW_COLUMNS]
+        rows = [_row_dict(r, "gpu_model", r.name or gettext("Unknown model")) for r in profile.models]
+        total = _row_dict(profile.total, "gpu_model", gettext("Total"))
+    elif table == "teams":
+        columns = ["team", *ROW_COLUMNS]
+        rows, total = [_row_dict(r, "team", r.name) for r in profile.teams], None
+    else:
+        columns, rows, total, label = NEED_COLUMNS, _need_dicts(need), None, period_label(need.month)
+    return download_response(columns, rows, file_format="csv", filename=f"profile-{table}-{label}.csv",
+                             sheet_title=table, total=total)
+
+
+def _links(month: date, *, now: datetime) -> dict:
+    following = month_days(month)[1]
+    current = month_days(business_today(now=now))[0]
+    return {"previous": period_label(previous_month(month)) if previous_month(month) >= WINDOW_START.date() else None,
+            "next": period_label(following) if following <= current else None, "current": period_label(month)}
+
+
+@login_required
+def profile(request):
+    """A month's resource profile and next month's need."""
+    now = timezone.now()
+    try:
+        month = requested_month(request.GET.get("month"), now=now)
+        file_format, table = request.GET.get("format"), request.GET.get("table")
+        if file_format not in (None, "", "csv"):
+            raise BadParameter("format", FORMAT_RULE)
+        if file_format == "csv" and table not in TABLES:
+            raise BadParameter("table", TABLE_RULE)
+    except BadParameter as error:
+        return render(request, "boards/profile.html", {"error": error, "links": None,
+                                                       "max_month": period_label(month_days(business_today(now=now))[0])},
+                      status=400)
+    month_view = month_profile(month, now=now)
+    need = next_month_need(now=now)
+    if file_format == "csv":
+        return _download(table, month_view, need)
+    figure = held_figure(month_view.series, bounds=(month_view.start, month_view.end),
+                         zone=timezone.get_current_timezone(), text=profile_text())
+    return render(request, "boards/profile.html", {
+        "profile": month_view, "need": need, "figure": json_script(figure, "fig-profile"),
+        "links": _links(month, now=now), "month_input": period_label(month),
+        "max_month": period_label(month_days(business_today(now=now))[0]),
+        "need_groups": [(gettext("Cluster"), [need.total]), (gettext("GPU models"), need.models),
+                        (gettext("Teams"), need.teams)],
+    })
