@@ -64,7 +64,7 @@ from cluster.models import (
     Job,
     NodeStatusPeriod,
 )
-from core.timeutils import business_day_bounds, business_today
+from core.timeutils import business_day_bounds, business_today, month_days
 from core.units import WHOLE_GPU_SHARE
 
 DAYS = 30
@@ -141,6 +141,9 @@ def _copy_sql(model) -> str:
 
 
 _BASELINE = f"SELECT state, sum(ticks) FROM {DAILY_USAGE} WHERE day = %s GROUP BY state"  # noqa: S608 (a constant table)
+_MONTH_BASELINE = (f"SELECT state, sum(ticks) FROM {HOURLY_USAGE} WHERE day >= %s AND day < %s "  # noqa: S608
+                   "GROUP BY state")
+PROFILE_DAYS = 90  # the profile reads three full months back
 
 
 def _allocations(day: date, gpu_ids: list[int], node_ids: list[int], teams, projects, model) -> dict:
@@ -195,8 +198,11 @@ def _allocations(day: date, gpu_ids: list[int], node_ids: list[int], teams, proj
     return {"jobs": len(jobs), "allocations": len(spans), "bookings": min(2, len(node_ids))}
 
 
-def _history(day: date, days: int, gpu_ids, node_ids, teams, projects, now) -> dict:
-    """Fill what the board reads for ``day`` and the ``days - 1`` before it; returns counts and stage times."""
+def _history(day: date, days: int, gpu_ids, node_ids, teams, projects, now, *, aggregate_days: int | None = None) -> dict:
+    """Fill what the board reads for ``day`` and the ``days - 1`` before it (the daily aggregates for
+    ``aggregate_days``, default ``days``: the profile reads three months of them); returns counts and
+    stage times."""
+    aggregate_days = aggregate_days or days
     stages: dict[str, float] = {}
     clock = time.perf_counter()
 
@@ -228,10 +234,10 @@ def _history(day: date, days: int, gpu_ids, node_ids, teams, projects, now) -> d
     stage("aggregate_day")
     with connection.cursor() as cursor:
         for aggregate in (DailyUsage, HourlyUsage, DailyHolderUsage, DailyUnplacedUsage):
-            cursor.execute(_copy_sql(aggregate), {"day": day, "back": days - 1})
-        stage(f"copies to {days - 1} days")
+            cursor.execute(_copy_sql(aggregate), {"day": day, "back": aggregate_days - 1})
+        stage(f"copies to {aggregate_days - 1} days")
     RateCard.objects.filter(gpu_model=model).delete()
-    RateCard.objects.create(gpu_model=model, valid_from=day - timedelta(days=days + 30),
+    RateCard.objects.create(gpu_model=model, valid_from=day - timedelta(days=aggregate_days + 30),
                             price_per_card_hour=Decimal("26.00"), currency=settings.CARDHOUR_CURRENCY)
     for team in teams[:5]:
         Quota.objects.create(team=team, period_start=day.replace(day=1), expires=day + timedelta(days=40),
@@ -249,9 +255,9 @@ def _history(day: date, days: int, gpu_ids, node_ids, teams, projects, now) -> d
             "holder_rows": DailyHolderUsage.objects.count(), "hour_rollups": HourRollup.objects.count()}
 
 
-def _serve(client: Client, path: str, day: date, runs: int, accept: str) -> dict:
+def _serve(client: Client, path: str, day: date, runs: int, accept: str, query: dict | None = None) -> dict:
     """One warm-up request with its queries counted, then the median of ``runs`` timed requests."""
-    query = {"date": day.isoformat()}
+    query = query or {"date": day.isoformat()}
     reset_queries()  # a full log (DEBUG) would count nothing: it holds 9,000 queries at most
     with CaptureQueriesContext(connection) as queries:
         response = client.get(path, query, headers={"accept": accept})
@@ -266,12 +272,12 @@ def _serve(client: Client, path: str, day: date, runs: int, accept: str) -> dict
     return {"ms": statistics.median(times) * 1000, "queries": count, "bytes": len(body), "body": body}
 
 
-def _baseline_ms(day: date, runs: int) -> float:
+def _baseline_ms(day: date, runs: int, sql: str = _BASELINE, params: list | None = None) -> float:
     times = []
     with connection.cursor() as cursor:
         for _run in range(runs):
             started = time.perf_counter()
-            cursor.execute(_BASELINE, [day])
+            cursor.execute(sql, params or [day])
             cursor.fetchall()
             times.append(time.perf_counter() - started)
     return statistics.median(times) * 1000
@@ -279,13 +285,15 @@ def _baseline_ms(day: date, runs: int) -> float:
 
 def bench_boards(*, nodes: int = NODES, gpus_per_node: int = GPUS_PER_NODE, teams: int = TEAMS, days: int = DAYS,
                  runs: int = RUNS) -> dict:
-    """Time the daily board page and its JSON for yesterday, as an admin, against one ``GROUP BY``."""
+    """Time the daily board page and its JSON for yesterday, as an admin, against one ``GROUP BY``; and
+    the monthly profile of the last full month (90 days of daily aggregates) against one ``GROUP BY`` of
+    that month's hourly usage."""
     now = timezone.now()
     day = business_today(now=now) - timedelta(days=1)
     with transaction.atomic():
         started = time.perf_counter()
         gpu_ids, node_ids, team_list, projects = _cluster(nodes=nodes, gpus_per_node=gpus_per_node, teams=teams)
-        made = _history(day, days, gpu_ids, node_ids, team_list, projects, now)
+        made = _history(day, days, gpu_ids, node_ids, team_list, projects, now, aggregate_days=PROFILE_DAYS)
         setup_s = time.perf_counter() - started
         admin = get_user_model().objects.create_user(username="bench-board-admin", is_superuser=True, is_staff=True)
         client = Client(HTTP_HOST="localhost")
@@ -293,13 +301,19 @@ def bench_boards(*, nodes: int = NODES, gpus_per_node: int = GPUS_PER_NODE, team
         with override_settings(ALLOWED_HOSTS=[*settings.ALLOWED_HOSTS, "localhost"]):
             page = _serve(client, reverse("boards:daily"), day, runs, "text/html")
             api = _serve(client, API_PATH, day, runs, "application/json")
+            month, _following = month_days(day.replace(day=1) - timedelta(days=1))
+            profile = _serve(client, reverse("boards:profile"), day, runs, "text/html",
+                             query={"month": f"{month:%Y-%m}"})
         baseline_ms = _baseline_ms(day, runs)
+        profile_baseline_ms = _baseline_ms(day, runs, _MONTH_BASELINE, [month, _following])
+        profile.pop("body")
         figures = json.loads(api.pop("body"))
         page.pop("body")
         transaction.set_rollback(True)
     return {
         "gpus": len(gpu_ids), "nodes": len(node_ids), "teams": len(team_list), "days": days, "day": day, "runs": runs,
-        **made, "setup_s": setup_s, "page": page, "json": api, "baseline_ms": baseline_ms,
+        **made, "setup_s": setup_s, "page": page, "json": api, "baseline_ms": baseline_ms, "profile_month": month,
+        "profile": profile, "profile_baseline_ms": profile_baseline_ms,
         "heatmap_cells": sum(cell is not None for row in figures.get("heatmap", {}).get("kind", []) for cell in row),
         "idle_allocations": len(figures.get("idle_allocations", [])),
         "long_idle": len(figures.get("long_idle", [])), "always_full": len(figures.get("always_full", [])),
@@ -309,7 +323,7 @@ def bench_boards(*, nodes: int = NODES, gpus_per_node: int = GPUS_PER_NODE, team
 def print_boards(r: dict) -> None:
     """The lines ``make bench`` prints: a heading, the set-up, then one line per page starting "daily board"."""
     print(f"\nthe daily board of {r['day']} at {r['gpus']:,} GPUs ({r['nodes']} nodes), {r['teams']} teams, "
-          f"{r['days']} days of history ({r['daily_rows']:,} daily, {r['hourly_rows']:,} hourly, "
+          f"{r['days']} days of telemetry and {PROFILE_DAYS} of aggregates ({r['daily_rows']:,} daily, {r['hourly_rows']:,} hourly, "
           f"{r['holder_rows']:,} holder rows; {r['minute_rollups']:,} minute and {r['hour_rollups']:,} hour rollups; "
           f"{r['allocations']:,} allocations); as an admin, median of {r['runs']}")
     stages = ", ".join(f"{name} {seconds:.1f} s" for name, seconds in r["stages_s"].items())
@@ -320,3 +334,7 @@ def print_boards(r: dict) -> None:
         row = r[key]
         print(f"daily board {name:<6} {row['ms']:8.1f} ms  (queries {row['queries']}, {row['bytes'] / 1e6:.2f} MB)   "
               f"baseline GROUP BY {r['baseline_ms']:.1f} ms  board / it = {row['ms'] / r['baseline_ms']:.0f}  (aim < 300 ms)")
+    row = r["profile"]
+    print(f"profile ({r['profile_month']:%Y-%m}) {row['ms']:8.1f} ms  (queries {row['queries']}, "
+          f"{row['bytes'] / 1e6:.2f} MB)   baseline GROUP BY {r['profile_baseline_ms']:.1f} ms  "
+          f"profile / it = {row['ms'] / r['profile_baseline_ms']:.0f}  (aim < 300 ms)")
