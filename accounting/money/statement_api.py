@@ -122,8 +122,9 @@ class ReopenSerializer(CloseSerializer):
 class _RowsSerializer(serializers.Serializer):
     columns = serializers.ListField(child=serializers.CharField(), help_text=", ".join(COLUMNS))
     rows = serializers.ListField(child=serializers.DictField(allow_null=True), help_text=gettext_lazy(
-        "One object per row keyed by the columns: card_hours, rate and amount are decimal strings, reversals "
-        "negative; after each team's lines a row of kind `total` with its card_hours and amount."))
+        "One object per row keyed by the columns: card_hours, rate, exact_rate and amount are decimal strings, "
+        "ticks an integer (millijoules on energy lines), reversals negative; after each team's lines a row of "
+        "kind `total` with its card_hours, ticks and amount."))
 
 
 class StatementRowsSerializer(_RowsSerializer):

@@ -7,18 +7,28 @@ rate and rate interval, reversals apart from new usage), then a totals row after
 - ``period`` is the month, ``2026-11``; ``team``, ``cost_centre``, ``project`` (the project's name) and
   ``gpu_model`` (the model's short name) are names, resolved in a fixed number of queries; an empty
   ``project`` or ``gpu_model`` is usage with none.
-- ``card_hours`` (4 places; kWh on ``energy`` lines) and ``amount`` (the currency's minor unit) are
-  ``Decimal``; ``amount`` is the line's exact usage × its exact rate rounded once (pricing.line_amount).
-  ``rate`` is the price per card-hour (energy: per kWh) after factors, rounded half-up to 4 places for
-  display only. A reversal is a row of its own with negative card-hours and amount, placed just before
-  the new usage of the same key.
-- The **totals row** has kind ``total``, the team's ``amount`` and ``card_hours`` summed from its rows
-  (energy's kWh left out of the card-hours), and keeps ``period``, ``team``, ``cost_centre`` and
+- ``ticks`` is the line's exact usage, an integer (1/840,000 GPU-second each; millijoules on ``energy``
+  lines). ``card_hours`` (kWh on ``energy`` lines) is the ticks converted once, half-up to 4 places
+  (pricing.card_hours). ``amount`` (the currency's minor unit) is the line's exact ticks × its exact rate
+  rounded once (pricing.line_amount). ``exact_rate`` is that rate per card-hour (energy: per kWh) after
+  factors (idle, overflow), as booked, at least 4 places; ``rate`` is it rounded half-up to 4 places for
+  display only. So every line can be checked from its row: ``amount = round(ticks / 3,024,000,000 ×
+  exact_rate)`` to the minor unit, half away from zero (energy: ``/ 3,600,000,000`` mJ per kWh). A
+  reversal is a row of its own with negative ticks, card-hours and amount, placed just before the new
+  usage of the same key.
+- The **totals row** has kind ``total``; ``amount`` is the sum of the team's line amounts (Σ a team's
+  amounts = its totals row = pricing.team_totals, and Σ totals rows = the statement total); ``ticks`` is
+  the sum of its lines' ticks, energy's millijoules left out, and ``card_hours`` is those ticks converted
+  once, exactly as the usage report converts a team's ticks (accounting.usage.figures: the total rounded
+  half-up), so the team's card-hours on the statement and in the usage report by team agree to the last
+  place (with the "shared" unallocated policy the statement's also hold the team's share of unallocated
+  capacity). The lines' card-hours, each rounded on its own, may sum to a few 0.0001 more or less than
+  the total; their ticks sum to it exactly. The row keeps ``period``, ``team``, ``cost_centre`` and
   ``currency`` (so a spreadsheet filter on a team keeps its total); ``project``, ``gpu_model``,
-  ``rate_valid_from`` and ``rate`` are empty. Σ a team's amounts = its totals row = pricing.team_totals,
-  and Σ totals rows = the statement total.
+  ``rate_valid_from``, ``rate`` and ``exact_rate`` are empty.
 - Order: team name, then project name and GPU model (none last), kind (in LedgerKind's order: busy,
   idle, unmeasured, overflow, energy, unallocated), rate interval, rate, reversal before new usage.
+- :func:`grand_total_row` is the row a download ends with: the sums of the totals rows.
 
 **Scoping** (DESIGN.md §2): ``user=None`` (the command line) sees every team; admin and finance too.
 A lead sees the lines of the teams they lead. Statements are costs, which engineers do not see: they
@@ -39,6 +49,7 @@ from django.utils import timezone
 
 from accounting.models import LedgerEntry, LedgerKind, Statement, StatementStatus
 from accounting.money.close import priced_entries
+from accounting.money.exports import total_row
 from accounting.money.pricing import ENERGY, Entry, Line, card_hours, lines_of
 from cluster.models import GpuModel
 from core.money import MINOR_UNITS
@@ -47,9 +58,10 @@ from teams.models import Project, Team
 from teams.roles import sees_all_teams
 
 COLUMNS = [
-    "period", "team", "cost_centre", "project", "gpu_model", "kind", "rate_valid_from", "card_hours", "rate",
-    "amount", "currency",
+    "period", "team", "cost_centre", "project", "gpu_model", "kind", "rate_valid_from", "card_hours", "ticks", "rate",
+    "exact_rate", "amount", "currency",
 ]
+TOTALLED = ("card_hours", "ticks", "amount")  # the columns a grand total sums (a sum of rates means nothing)
 TOTAL_KIND = "total"
 RATE_DISPLAY = Decimal("0.0001")
 _KIND_ORDER = {kind: index for index, kind in enumerate(LedgerKind.values)}
@@ -74,6 +86,13 @@ def period_label(period: date) -> str:
 def display_rate(rate: Decimal) -> Decimal:
     """The rate as shown: half-up to 4 places (amounts are computed from the exact rate)."""
     return rate.quantize(RATE_DISPLAY, rounding=ROUND_HALF_UP)
+
+
+def exact_rate(rate: Decimal) -> Decimal:
+    """The rate as booked (the ledger keeps 12 places), without trailing zeros past the 4th place:
+    ``9.000000000000`` → ``9.0000``, ``6.110888890000`` → ``6.11088889``."""
+    trimmed = rate.normalize()
+    return trimmed if trimmed.as_tuple().exponent < RATE_DISPLAY.as_tuple().exponent else rate.quantize(RATE_DISPLAY)
 
 
 def _last(name: str | None) -> tuple:
@@ -102,12 +121,14 @@ def rows_from_lines(lines: Iterable[Line], *, names: Names, period: date, curren
             rows.append({
                 **base, "project": names.projects.get(line.project_id), "gpu_model": names.models.get(line.gpu_model_id),
                 "kind": line.kind, "rate_valid_from": line.rate_valid_from, "card_hours": line.card_hours,
-                "rate": display_rate(line.rate), "amount": line.amount,
+                "ticks": line.ticks, "rate": display_rate(line.rate), "exact_rate": exact_rate(line.rate),
+                "amount": line.amount,
             })
+        ticks = sum(line.ticks for line in team_lines if line.kind != ENERGY)
         rows.append({
             **base, "project": None, "gpu_model": None, "kind": TOTAL_KIND, "rate_valid_from": None,
-            "card_hours": sum((line.card_hours for line in team_lines if line.kind != ENERGY), Decimal("0.0000")),
-            "rate": None, "amount": sum((line.amount for line in team_lines[1:]), team_lines[0].amount),
+            "card_hours": card_hours(ticks), "ticks": ticks, "rate": None, "exact_rate": None,
+            "amount": sum((line.amount for line in team_lines[1:]), team_lines[0].amount),
         })
     return [{column: row[column] for column in COLUMNS} for row in rows]
 
@@ -129,6 +150,14 @@ def merge_lines(lines: Iterable[Line]) -> list[Line]:
 def total_of(rows: Iterable[Mapping], *, currency: str) -> Decimal:
     """The sum of the totals rows: the statement's total as the rows show it (0 in the currency's places)."""
     return sum((row["amount"] for row in rows if row["kind"] == TOTAL_KIND), _zero(currency))
+
+
+def grand_total_row(rows: Sequence[Mapping], *, label: str) -> dict:
+    """The grand total of the rows' statement: ``label`` (e.g. "Total") in ``period``, the first text column;
+    ``card_hours``, ``ticks`` and ``amount`` the exact sums of the team totals rows (so the amount is the
+    statement total); the ``currency`` kept; every other column empty."""
+    totals = [row for row in rows if row["kind"] == TOTAL_KIND]
+    return total_row(COLUMNS, totals, label_column="period", label=label, summed=TOTALLED, kept=("currency",))
 
 
 def _zero(currency: str) -> Decimal:

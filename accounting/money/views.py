@@ -5,7 +5,12 @@ of the usage report. Admin and finance only: everyone else gets 403.
 For a month with a closed statement the page shows that statement's rows (accounting.money.statements
 .statement_rows); for an open month, what closing would book now ("month to date",
 accounting.money.statements.priced_usage). The statement download holds exactly the rows the page shows, so
-its totals rows are the page's team totals."""
+its totals rows are the page's team totals. Both downloads end with a grand-total row ("Total"); their XLSX
+files have human headers and number formats (accounting.money.exports).
+
+A month is closed only once it has ended: until then the page offers no Close button but says from which
+day it can be closed, and a POST to close it is refused with 400. Who closed a statement is its user, or
+"system" when the scheduled task or the command line closed it (no user)."""
 
 from __future__ import annotations
 
@@ -27,7 +32,14 @@ from django.views.decorators.http import require_GET, require_POST
 
 from accounting.models import ChargePolicy, MoneyChange, RateCard, Statement, StatementStatus
 from accounting.money.close import CloseRefused, close_period, reopen_period
-from accounting.money.exports import download_response
+from accounting.money.exports import (
+    CARD_HOURS_FORMAT,
+    COLUMN_HEADERS,
+    INTEGER_FORMAT,
+    amount_format,
+    download_response,
+    total_row,
+)
 from accounting.money.forms import (
     CloseForm,
     PeriodForm,
@@ -40,6 +52,7 @@ from accounting.money.services import policy_defaults, policy_update, rate_card_
 from accounting.money.statements import (
     COLUMNS,
     TOTAL_KIND,
+    grand_total_row,
     period_label,
     priced_usage,
     statement_rows,
@@ -102,6 +115,26 @@ def team_statements(rows: list[dict]) -> list[TeamStatement]:
     return teams
 
 
+def closed_by_label(statement: Statement) -> str:
+    """Who closed ``statement``: the person, or the system when no one did (the scheduled close task and
+    ``manage.py close_period`` without ``--user`` close with no user; the statement does not say which)."""
+    if statement.closed_by is None:
+        return _("system (scheduled close or command line)")
+    return str(statement.closed_by)
+
+
+def month_ended(period: date, *, now: datetime) -> bool:
+    """Whether the month of ``period`` is over at ``now`` (by the business calendar): only then can it close."""
+    return now >= business_day_bounds(month_days(period)[1])[0]
+
+
+def close_later_message(period: date) -> str:
+    """Why a month that has not ended cannot be closed yet, naming the day it can."""
+    first, following = month_days(period)
+    return _("%(period)s can be closed from %(day)s, once the month has ended.") % {
+        "period": period_label(first), "day": following.isoformat()}
+
+
 @dataclass
 class PeriodStatement:
     """The month as the page shows it: its statements (revisions), the closed one if any, and the rows."""
@@ -124,6 +157,20 @@ class PeriodStatement:
         return team_statements(self.rows)
 
     @property
+    def closed_by(self) -> str:
+        return closed_by_label(self.closed) if self.closed is not None else ""
+
+    @property
+    def revision_rows(self) -> list[tuple[Statement, str]]:
+        """Each revision with who closed it."""
+        return [(revision, closed_by_label(revision)) for revision in self.revisions]
+
+    @property
+    def close_later(self) -> str:
+        """Why the Close button is not offered (the month has not ended), else empty."""
+        return "" if self.ended else close_later_message(self.period)
+
+    @property
     def download_name(self) -> str:
         if self.closed is not None:
             return f"statement-{self.label}-r{self.closed.revision}"
@@ -131,11 +178,11 @@ class PeriodStatement:
 
 
 def period_statement(period: date, *, user, now: datetime) -> PeriodStatement:
-    first, following = month_days(period)
+    first = month_days(period)[0]
     revisions = list(Statement.objects.filter(period=first).select_related("closed_by", "reopened_by")
                      .order_by("revision"))
     closed = next((s for s in revisions if s.status == StatementStatus.CLOSED), None)
-    ended = now >= business_day_bounds(following)[0]
+    ended = month_ended(first, now=now)
     if closed is not None:
         rows = statement_rows(closed, user=user)
         total = statement_totals([closed], user=user)[closed.pk]
@@ -246,6 +293,9 @@ def finance_close(request):
         messages.error(request, _("Choose a month to close."))
         return redirect("accounting:finance")
     period = form.cleaned_data["period"]
+    if not month_ended(period, now=now):
+        messages.error(request, close_later_message(period))
+        return _render(request, period, now=now, status=400)
     already = Statement.objects.filter(period=period, status=StatementStatus.CLOSED).exists()
     try:
         statement = close_period(period=period, user=request.user, now=now)
@@ -289,9 +339,19 @@ def _file_format(request) -> str:
     return file_format
 
 
-def _download(columns, rows, *, file_format: str, name: str, sheet_title: str) -> HttpResponse:
+def _download(columns, rows, *, file_format: str, name: str, total: dict | None,
+              number_formats: dict[str, str]) -> HttpResponse:
+    """A download with the grand-total row ``total`` (none when there are no rows) and, in XLSX, human headers."""
     return download_response(columns, rows, file_format=file_format, filename=f"{name}.{file_format}",
-                             sheet_title=sheet_title)
+                             sheet_title=name, headers=COLUMN_HEADERS, number_formats=number_formats,
+                             total=total if rows else None)
+
+
+def usage_total_row(report) -> dict:
+    """The usage report's grand total: "Total" in ``team``, each card-hour column the sum of the rows'
+    (as shown), the window and its data_complete_to kept."""
+    return total_row(report.columns, report.rows, label_column="team", label=_("Total"),
+                     summed=[c for c in report.columns if "card_hours" in c], kept=("start", "end", "data_complete_to"))
 
 
 @finance_only
@@ -301,8 +361,9 @@ def finance_statement_download(request):
     now = _now()
     file_format = _file_format(request)
     statement = period_statement(_requested_period(request.GET, now), user=request.user, now=now)
+    formats = {"card_hours": CARD_HOURS_FORMAT, "ticks": INTEGER_FORMAT, "amount": amount_format(statement.currency)}
     return _download(COLUMNS, statement.rows, file_format=file_format, name=statement.download_name,
-                     sheet_title=statement.download_name)
+                     total=grand_total_row(statement.rows, label=_("Total")), number_formats=formats)
 
 
 @finance_only
@@ -313,5 +374,6 @@ def finance_usage_download(request):
     file_format = _file_format(request)
     period = _requested_period(request.GET, now)
     report = period_usage_report(period, user=request.user, now=now)
-    name = f"usage-{period_label(period)}"
-    return _download(report.columns, report.rows, file_format=file_format, name=name, sheet_title=name)
+    formats = {column: CARD_HOURS_FORMAT for column in report.columns if "card_hours" in column}
+    return _download(report.columns, report.rows, file_format=file_format, name=f"usage-{period_label(period)}",
+                     total=usage_total_row(report), number_formats=formats)

@@ -14,6 +14,7 @@ from openpyxl import load_workbook
 from playwright.sync_api import expect
 
 from accounting.models import RateCard, Statement
+from accounting.money.exports import COLUMN_HEADERS
 from accounting.money.statements import TOTAL_KIND, statement_totals
 from cluster.models import Allocation, CollectionState, Gpu, GpuModel, Job, MinuteRollup, Node
 from tests.browser.conftest import NOW
@@ -90,9 +91,10 @@ def test_finance_closes_a_month_and_downloads_files_with_the_pages_totals(page, 
     assert totals_rows(csv.DictReader(io.StringIO(as_csv.decode()))) == shown
     as_xlsx = download(page, "a[data-download=statement-xlsx]")
     header, *values = list(load_workbook(io.BytesIO(as_xlsx), read_only=True).active.values)
-    assert totals_rows(dict(zip(header, row, strict=True)) for row in values) == shown
+    columns = {str(label): column for column, label in COLUMN_HEADERS.items()}  # XLSX headers are human
+    assert totals_rows(dict(zip([columns[name] for name in header], row, strict=True)) for row in values) == shown
     usage = download(page, "a[data-download=usage-csv]")
-    assert [row["team"] for row in csv.DictReader(io.StringIO(usage.decode()))] == ["Team Alpha", "Team Beta"]
+    assert [row["team"] for row in csv.DictReader(io.StringIO(usage.decode()))] == ["Team Alpha", "Team Beta", "Total"]
     assert problems == []
 
 

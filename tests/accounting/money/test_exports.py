@@ -13,7 +13,18 @@ from hypothesis import strategies as st
 from openpyxl import load_workbook
 from openpyxl.cell.cell import ILLEGAL_CHARACTERS_RE
 
-from accounting.money.exports import FORMULA_PREFIXES, rows_as_json, safe_text, write_csv, write_xlsx
+from accounting.money.exports import (
+    CARD_HOURS_FORMAT,
+    FORMULA_PREFIXES,
+    MAX_COLUMN_WIDTH,
+    amount_format,
+    rows_as_json,
+    safe_text,
+    text_width,
+    total_row,
+    write_csv,
+    write_xlsx,
+)
 
 COLUMNS = ["start", "team", "cost_centre", "card_hours", "note"]
 START = datetime(2026, 10, 31, 16, 0, tzinfo=UTC)  # 2026-11-01 00:00 in Shanghai
@@ -119,6 +130,53 @@ def test_characters_xml_cannot_hold_are_replaced_in_xlsx_only():
 
 def test_a_sheet_title_is_made_valid():
     assert xlsx_sheet(["a"], [], sheet_title="usage [by]: team/project?*").title == "usage _by__ team_project__"
+
+
+def test_total_row_sums_exactly_and_leaves_what_has_no_sum_empty():
+    rows = [{"team": "A", "card_hours": Decimal("1.00005"), "ticks": 7, "rate": Decimal("20"), "down": None,
+             "currency": "CNY"},
+            {"team": "B", "card_hours": Decimal("-0.1"), "ticks": -2, "rate": Decimal("18"), "down": None,
+             "currency": "CNY"}]
+    columns = ["team", "card_hours", "ticks", "rate", "down", "currency"]
+    total = total_row(columns, rows, label_column="team", label="Total", summed=["card_hours", "ticks", "down"],
+                      kept=["currency"])
+    assert total == {"team": "Total", "card_hours": Decimal("0.90005"), "ticks": 5, "rate": None, "down": None,
+                     "currency": "CNY"}
+    assert type(total["ticks"]) is int
+    assert total_row(columns, [*rows, {**rows[0], "currency": "JPY"}], label_column="team", label="Total",
+                     summed=[], kept=["currency"])["currency"] is None  # not shared: not kept
+    assert csv_rows(columns, rows, total=total)[-1] == ["Total", "0.90005", "5", "", "", "CNY"]
+
+
+def test_xlsx_headers_number_formats_frozen_header_widths_and_a_bold_total():
+    columns = ["start", "team", "card_hours", "amount"]
+    rows = [{"start": START, "team": "视觉团队", "card_hours": Decimal("1234.5"), "amount": Decimal("1234567.891")},
+            {"start": START, "team": "x" * 200, "card_hours": 3, "amount": Decimal("-2.5")}]
+    total = total_row(columns, rows, label_column="team", label="Total", summed=["card_hours", "amount"])
+    data = io.BytesIO()
+    write_xlsx(columns, rows, data, sheet_title="t", zone_name="UTC", total=total,
+               headers={"start": "From", "team": "Team", "card_hours": "Card-hours", "amount": "Amount"},
+               number_formats={"card_hours": CARD_HOURS_FORMAT, "amount": amount_format("CNY")})
+    data.seek(0)
+    sheet = load_workbook(data).active
+    header, first, second, last = list(sheet.iter_rows())
+    assert [cell.value for cell in header] == ["From (UTC)", "Team", "Card-hours", "Amount"]
+    assert sheet.freeze_panes == "A2" and all(cell.font.bold for cell in header + last)
+    assert not any(cell.font.bold for cell in first)
+    assert [(c.value, c.number_format) for c in first[2:]] == [(1234.5, "#,##0.0000"), (1234567.891, "#,##0.00")]
+    assert (second[2].value, second[2].number_format) == (3, "#,##0.0000")  # an int card-hour shows 4 places too
+    assert [c.value for c in last] == [None, "Total", 1237.5, 1234565.391]
+    widths = {letter: sheet.column_dimensions[letter].width for letter in "ABCD"}
+    assert widths["A"] >= len("2026-10-31 16:00:00") and widths["D"] >= len("1,234,567.89")
+    assert widths["C"] >= len("1,237.5000") and widths["B"] == MAX_COLUMN_WIDTH  # 200 characters, capped
+    assert text_width("视觉团队") == 8 and text_width("Total") == 5  # wide characters count twice
+    assert amount_format("JPY") == "#,##0" and amount_format("KWD") == "#,##0.000"
+
+
+def test_xlsx_without_headers_keeps_the_column_names_and_csv_always_does():
+    sheet = xlsx_sheet(["card_hours"], [{"card_hours": Decimal("1.5000")}])
+    assert sheet["A1"].value == "card_hours" and sheet["A2"].number_format == "0.0000"
+    assert csv_rows(["card_hours"], [{"card_hours": Decimal("1.5000")}])[0] == ["card_hours"]
 
 
 texts = st.text(alphabet=st.characters(blacklist_categories=("Cs",)), max_size=20)

@@ -13,14 +13,17 @@ from django.contrib.messages import get_messages
 from django.urls import reverse
 from openpyxl import load_workbook
 
-from accounting.models import MoneyChange, RateCard, Statement
+from accounting.models import ChargePolicy, DailyUsage, MoneyChange, RateCard, Statement
 from accounting.money import views as finance_views
+from accounting.money.close import close_period
+from accounting.money.exports import COLUMN_HEADERS, MAX_COLUMN_WIDTH
 from accounting.money.statements import TOTAL_KIND, priced_usage, statement_rows, statement_totals
 from accounting.usage.report import usage_report
 from accounting.usage.services import usage_process
-from cluster.models import CollectionState, GpuModel
+from cluster.models import CollectionState, Gpu, GpuModel
 from core.timeutils import business_day_bounds
 from tests.accounting.money.test_close import AFTER, NOVEMBER, month  # noqa: F401 (the fixture)
+from tests.accounting.money.test_statement_exports import recomputed
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("month")]
 URL = reverse("accounting:finance")
@@ -163,10 +166,15 @@ def totals_rows_csv(content: bytes) -> dict[str, Decimal]:
     return {row["team"]: Decimal(row["amount"]) for row in rows if row["kind"] == TOTAL_KIND}
 
 
+def xlsx_rows(content: bytes) -> list[dict]:
+    """The sheet's rows keyed by column name (the XLSX header is the human one, e.g. "Card-hours")."""
+    columns = {str(header): column for column, header in COLUMN_HEADERS.items()}
+    header, *rows = list(load_workbook(io.BytesIO(content), read_only=True).active.values)
+    return [dict(zip([columns[name.split(" (")[0]] for name in header], row, strict=True)) for row in rows]
+
+
 def totals_rows_xlsx(content: bytes) -> dict[str, Decimal]:
-    sheet = load_workbook(io.BytesIO(content), read_only=True).active
-    header, *rows = list(sheet.values)
-    rows = [dict(zip(header, row, strict=True)) for row in rows]
+    rows = xlsx_rows(content)
     return {row["team"]: Decimal(str(row["amount"])).quantize(Decimal("0.01")) for row in rows
             if row["kind"] == TOTAL_KIND}
 
@@ -185,7 +193,7 @@ def test_downloads_hold_the_pages_totals(finance, aggregated, closed):
     assert totals_rows_csv(as_csv.content) == shown == totals_rows_xlsx(as_xlsx.content)
     if closed:
         rows = statement_rows(Statement.objects.get())
-        assert len(list(csv.DictReader(io.StringIO(as_csv.content.decode())))) == len(rows)
+        assert len(list(csv.DictReader(io.StringIO(as_csv.content.decode())))) == len(rows) + 1  # and the Total
     assert finance.get(url, {"period": PERIOD, "format": "pdf"}).status_code == 404
 
 
@@ -195,11 +203,139 @@ def test_the_usage_download_is_the_usage_report_by_team(finance, aggregated):
     rows = list(csv.DictReader(io.StringIO(response.content.decode())))
     report = usage_report(start=business_day_bounds(NOVEMBER)[0], end=business_day_bounds(date(2026, 12, 1))[0],
                           by="team", now=AFTER)
-    assert [row["team"] for row in rows] == ["Team Alpha", "Team Beta"]
-    assert [(row["team"], Decimal(row["card_hours_allocated"])) for row in rows] == [
+    assert [row["team"] for row in rows] == ["Team Alpha", "Team Beta", "Total"]
+    assert [(row["team"], Decimal(row["card_hours_allocated"])) for row in rows[:-1]] == [
         (row["team"], row["card_hours_allocated"]) for row in report.rows]
     xlsx = finance.get(reverse("accounting:finance-download-usage"), {"period": PERIOD, "format": "xlsx"})
     assert len(list(load_workbook(io.BytesIO(xlsx.content), read_only=True).active.values)) == len(rows) + 1
+
+
+def csv_rows(content: bytes) -> list[dict]:
+    return list(csv.DictReader(io.StringIO(content.decode())))
+
+
+def download(client, which: str, file_format: str, period: str = PERIOD):
+    return client.get(reverse(f"accounting:finance-download-{which}"), {"period": period, "format": file_format})
+
+
+def test_both_downloads_end_with_a_grand_total_of_what_they_show(finance, aggregated):
+    close(finance)
+    statement = csv_rows(download(finance, "statement", "csv").content)
+    *body, total = statement
+    teams = [row for row in body if row["kind"] == TOTAL_KIND]
+    assert (total["period"], total["team"], total["kind"], total["rate"], total["exact_rate"], total["currency"]) == (
+        "Total", "", "", "", "", "CNY")
+    assert (total["card_hours"], total["ticks"], total["amount"]) == ("11.3571", str(34_344_000_000), "218.23")
+    assert Decimal(total["amount"]) == sum(Decimal(row["amount"]) for row in teams) == Decimal("218.23")
+    assert Decimal(total["card_hours"]) == sum(Decimal(row["card_hours"]) for row in teams)
+    assert int(total["ticks"]) == sum(int(row["ticks"]) for row in teams)
+    *_body, xlsx_total = xlsx_rows(download(finance, "statement", "xlsx").content)
+    assert (xlsx_total["period"], xlsx_total["ticks"], xlsx_total["amount"], xlsx_total["rate"]) == (
+        "Total", 34_344_000_000, 218.23, None)
+
+    usage = csv_rows(download(finance, "usage", "csv").content)
+    *body, total = usage
+    assert [row["team"] for row in usage] == ["Team Alpha", "Team Beta", "Total"]
+    assert total["card_hours_allocated"] == "11.3571" and total["cost_centre"] == ""
+    for column in ("card_hours_allocated", "card_hours_busy", "card_hours_idle", "card_hours_unmeasured"):
+        assert Decimal(total[column]) == sum(Decimal(row[column]) for row in body), column
+    assert total["card_hours_down"] == total["capacity_card_hours"] == ""  # team rows have none: no sum
+    assert total["start"] == body[0]["start"] and total["end"] == body[0]["end"]
+    assert xlsx_rows(download(finance, "usage", "xlsx").content)[-1]["card_hours_allocated"] == 11.3571
+
+
+def test_xlsx_downloads_have_human_headers_a_frozen_header_formats_and_fitted_widths(finance, aggregated, team_a):
+    team_a.name = "Team Alpha, the very long name of a team with many projects and many GPUs"
+    team_a.save()
+    close(finance)
+    sheet = load_workbook(io.BytesIO(download(finance, "statement", "xlsx").content)).active
+    header, *rows = list(sheet.iter_rows())
+    assert [cell.value for cell in header] == [
+        "Period", "Team", "Cost centre", "Project", "GPU model", "Kind", "Rate from", "Card-hours", "Ticks", "Rate",
+        "Exact rate", "Amount", "Currency"]
+    assert all(cell.font.bold for cell in header + rows[-1])  # the header and the grand total
+    assert sheet.freeze_panes == "A2"
+    formats = {header[index].value: {row[index].number_format for row in rows} for index in (7, 8, 11)}
+    assert formats == {"Card-hours": {"#,##0.0000"}, "Ticks": {"#,##0"}, "Amount": {"#,##0.00"}}
+    for column in sheet.iter_cols():
+        width = sheet.column_dimensions[column[0].column_letter].width
+        longest = max(len(cell.number_format) if cell.is_date else len(str(cell.value or "")) for cell in column)
+        assert min(longest, MAX_COLUMN_WIDTH) <= width <= MAX_COLUMN_WIDTH, column[0].value
+    assert sheet.column_dimensions["B"].width == MAX_COLUMN_WIDTH  # the long team name, capped
+    assert csv_rows(download(finance, "statement", "csv").content)[0].keys() >= {"card_hours", "ticks", "amount"}
+
+    usage = load_workbook(io.BytesIO(download(finance, "usage", "xlsx").content)).active
+    header = [cell.value for cell in next(usage.iter_rows())]
+    assert header[:4] == ["From (UTC)", "To (UTC)", "Team", "Cost centre"] and "Allocated card-hours" in header
+    assert usage.freeze_panes == "A2"
+    assert usage.cell(row=2, column=header.index("Allocated card-hours") + 1).number_format == "#,##0.0000"
+    assert next(csv.reader(io.StringIO(download(finance, "usage", "csv").content.decode())))[:3] == [
+        "start", "end", "team"]  # CSV keeps the column names
+
+
+def test_the_statement_and_the_usage_table_agree_to_the_last_place(finance, aggregated, team_b):
+    """Team Beta also idles 2/7 h on the 3rd: its lines round to 0.5000 + 2.0000 + 0.8571 + 0.2857 = 3.6428,
+    its usage is 3.642857… h = 3.6429. Both show the total converted once."""
+    DailyUsage.objects.create(day=date(2026, 11, 3), gpu=Gpu.objects.get(uuid="G1"), state="idle", team=team_b,
+                              ticks=2 * 3600 * 840_000 // 7)
+    response = finance.get(URL, {"period": PERIOD})
+    statement = {team.team: team.card_hours for team in response.context["statement"].teams}
+    usage = {row["team"]: row["card_hours_allocated"] for row in response.context["usage"].rows}
+    assert statement == usage == {"Team Alpha": Decimal("8.0000"), "Team Beta": Decimal("3.6429")}
+    html = response.content.decode()
+    assert html.count(">3.6429<") == 2  # the team's card-hours in the statement and in the usage table
+    lines = [row for row in csv_rows(download(finance, "statement", "csv").content) if row["team"] == "Team Beta"]
+    assert sum(int(row["ticks"]) for row in lines[:-1]) == int(lines[-1]["ticks"])
+    by_team = {row["team"]: row["card_hours_allocated"] for row in csv_rows(download(finance, "usage", "csv").content)}
+    assert lines[-1]["card_hours"] == by_team["Team Beta"] == "3.6429"
+    statement_total = csv_rows(download(finance, "statement", "csv").content)[-1]
+    assert statement_total["card_hours"] == by_team["Total"] == "11.6429"
+
+
+def test_every_lines_amount_recomputes_from_its_downloaded_row(finance, aggregated):
+    """Rates with more places than the 4 shown (19.9999 per card-hour, idle at 0.3333 of it: 6.66596667)."""
+    RateCard.objects.filter(valid_from=NOVEMBER).update(price_per_card_hour=Decimal("19.9999"))
+    ChargePolicy.objects.filter(id=1).update(idle_charge_factor=Decimal("0.3333"))
+    close(finance)
+    rows = [row for row in csv_rows(download(finance, "statement", "csv").content)[:-1] if row["kind"] != TOTAL_KIND]
+    assert len(rows) == 8 and "6.66596667" in {row["exact_rate"] for row in rows}
+    for row in rows:
+        ticks, rate = int(row["ticks"]), Decimal(row["exact_rate"])
+        assert recomputed(ticks, rate, row["kind"], 2) == Decimal(row["amount"]), row
+        assert recomputed(ticks, Decimal(1), row["kind"], 4) == Decimal(row["card_hours"]), row
+    cells = [row for row in xlsx_rows(download(finance, "statement", "xlsx").content)[:-1] if row["kind"] != TOTAL_KIND]
+    assert len(cells) == len(rows)
+    for row in cells:
+        amount = recomputed(row["ticks"], Decimal(repr(row["exact_rate"])), row["kind"], 2)
+        assert amount == Decimal(repr(row["amount"])).quantize(Decimal("0.01")), row
+
+
+def test_closed_by_names_the_system_when_no_one_closed(finance, finance_user):
+    close_period(period=NOVEMBER, now=AFTER)  # as the scheduled task closes: no user
+    html = finance.get(URL, {"period": PERIOD}).content.decode()
+    assert "2026-12-01 02:00 by system (scheduled close or command line)." in html
+    assert "2026-12-01 02:00 system (scheduled close or command line)</td>" in html  # the revisions table
+    finance.post(reverse("accounting:finance-reopen"), {"period": PERIOD, "reason": "late samples"})
+    close(finance)
+    response = finance.get(URL, {"period": PERIOD})
+    assert response.context["statement"].closed.revision == 2
+    assert f"by {finance_user.username}." in response.content.decode()
+    assert [who for _revision, who in response.context["statement"].revision_rows] == [
+        "system (scheduled close or command line)", finance_user.username]
+
+
+def test_a_month_not_over_offers_no_close_and_refuses_one_with_400(finance):
+    response = finance.get(URL, {"period": "2026-12"})  # AFTER is December 1st: December has just begun
+    html = response.content.decode()
+    assert 'data-testid="close-form"' not in html
+    assert "2026-12 can be closed from 2027-01-01, once the month has ended." in html
+    assert 'data-testid="close-later">' in html and "disabled" in html.split('data-testid="close-later">')[1][:200]
+    response = finance.post(reverse("accounting:finance-close"), {"period": "2026-12"})
+    assert response.status_code == 400
+    assert "2026-12 can be closed from 2027-01-01, once the month has ended." in response.content.decode()
+    assert not Statement.objects.exists()
+    november = finance.get(URL, {"period": PERIOD}).content.decode()  # November has ended: it can close
+    assert 'data-testid="close-form"' in november and 'data-testid="close-later"' not in november
 
 
 def test_the_page_has_a_pinned_query_count(finance, django_assert_num_queries):

@@ -44,7 +44,7 @@ def reclose(month, finance_user):
 
 
 def as_json(row: dict) -> dict:
-    return {k: None if v is None else v if isinstance(v, str) else format(v, "f") if not hasattr(v, "isoformat")
+    return {k: None if v is None else v if isinstance(v, str | int) else format(v, "f") if not hasattr(v, "isoformat")
             else v.isoformat() for k, v in row.items()}
 
 
@@ -108,7 +108,7 @@ def test_csv_and_xlsx_downloads_equal_the_rows(api, closed, team_b, finance_user
     assert response["Content-Type"] == "text/csv; charset=utf-8"
     assert response["Content-Disposition"] == 'attachment; filename="statement-2026-11-r1.csv"'
     read = list(csv.DictReader(io.StringIO(response.content.decode(), newline="")))
-    assert read == [{k: "" if v is None else safe_text(v) for k, v in as_json(row).items()} for row in rows]
+    assert read == [{k: "" if v is None else safe_text(str(v)) for k, v in as_json(row).items()} for row in rows]
     assert read[3]["team"] == "'=cmd|' /C calc'!A0" and read[3]["amount"] == "63.14"  # "=…" sorts first
     response = client.get(f"{URL}{closed.pk}/", {"format": "xlsx"})
     assert response["Content-Disposition"] == 'attachment; filename="statement-2026-11-r1.xlsx"'
@@ -117,7 +117,7 @@ def test_csv_and_xlsx_downloads_equal_the_rows(api, closed, team_b, finance_user
     cells = [cell for row in sheet.iter_rows() for cell in row]
     assert all(cell.data_type != "f" for cell in cells)
     assert sheet["B5"].value == "'=cmd|' /C calc'!A0" and sheet["B5"].data_type == "s"
-    assert (sheet["F5"].value, sheet["J5"].value, sheet["J5"].data_type) == ("total", 63.14, "n")
+    assert (sheet["F5"].value, sheet["L5"].value, sheet["L5"].data_type) == ("total", 63.14, "n")  # L: amount
     lead_csv = api.as_user(lead_b).get(f"{URL}{closed.pk}/", {"format": "csv"}).content.decode()
     assert [row["kind"] for row in csv.DictReader(io.StringIO(lead_csv, newline=""))] == [
         "busy", "busy", "unmeasured", "total"]

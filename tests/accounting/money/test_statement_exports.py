@@ -6,6 +6,7 @@ import csv
 import io
 from datetime import date, datetime, time, timedelta
 from decimal import Decimal
+from fractions import Fraction
 
 import pytest
 from django.core.management import CommandError, call_command
@@ -18,12 +19,14 @@ from accounting.money.close import close_period, reopen_period
 from accounting.money.exports import FORMULA_PREFIXES, safe_text, write_csv, write_xlsx
 from accounting.money.pricing import TICKS_PER_CARD_HOUR, Entry, lines_of
 from accounting.money.statements import COLUMNS, Names, rows_from_lines, statement_rows
+from core.money import MINOR_UNITS
 from tests.accounting.money import test_close
 from tests.accounting.money.test_close import AFTER, NOVEMBER
 from tests.accounting.usage.usage_day import rollups
 
 month = test_close.month  # the hand-priced November (a fixture)
 EVIL = "=cmd|' /C calc'!A0"
+AMOUNT = COLUMNS.index("amount")
 
 
 # ---- reading files back ------------------------------------------------------------------------------------
@@ -45,6 +48,8 @@ def csv_expected(row: dict) -> list[str]:
         value = row[column]
         if value is None:
             out.append("")
+        elif isinstance(value, int):
+            out.append(str(value))
         elif isinstance(value, Decimal):
             out.append(format(value, "f"))
         elif isinstance(value, date):
@@ -72,6 +77,8 @@ def xlsx_matches(row: dict, cells) -> None:
         value = row[column]
         if value is None:
             assert cell.value is None, column
+        elif isinstance(value, int):
+            assert cell.data_type == "n" and cell.value == value, column
         elif isinstance(value, Decimal):
             assert cell.data_type == "n" and isinstance(cell.value, int | float), column
             assert Decimal(repr(cell.value)).quantize(Decimal(1).scaleb(value.as_tuple().exponent)) == value, column
@@ -115,7 +122,7 @@ def test_exports_of_random_statements_read_back_equal_the_rows(entry_list, texts
     assert body == [csv_expected(row) for row in rows]
     for row, read in zip(rows, body, strict=True):
         assert not any(text.startswith(FORMULA_PREFIXES) for column, text in zip(COLUMNS, read, strict=True)
-                       if not isinstance(row[column], Decimal))
+                       if not isinstance(row[column], Decimal | int))  # numbers are never escaped
     data = io.BytesIO()
     write_xlsx(COLUMNS, rows, data, sheet_title="Statement 2026-11 r1", zone_name="UTC")
     data.seek(0)
@@ -140,6 +147,53 @@ def test_negative_and_positive_amounts_stay_numbers(values):
         xlsx_matches(row, cells)
 
 
+def recomputed(ticks: int, rate: Decimal, kind: str, places: int) -> Decimal:
+    """ticks ÷ 3,024,000,000 ticks per card-hour (energy: ÷ 3,600,000,000 mJ per kWh) × rate, rounded half
+    away from zero to ``places``: what anyone can compute from an exported line."""
+    exact = Fraction(ticks) * Fraction(rate) / (3_600_000_000 if kind == "energy" else 840_000 * 3600)
+    whole = int(abs(exact) * 10**places + Fraction(1, 2))
+    return Decimal(whole if exact >= 0 else -whole).scaleb(-places)
+
+
+any_entries = st.builds(
+    Entry,
+    day=st.just(date(2026, 11, 2)),
+    team_id=st.integers(1, 2),
+    project_id=st.sampled_from([None, 10]),
+    gpu_model_id=st.sampled_from([None, 20]),
+    kind=st.sampled_from(["busy", "idle", "unmeasured", "overflow", "energy", "unallocated"]),
+    rate=st.decimals(min_value=0, max_value=10_000, places=12, allow_nan=False, allow_infinity=False),
+    rate_valid_from=st.just(date(2026, 11, 1)),
+    ticks=st.integers(min_value=-900 * TICKS_PER_CARD_HOUR, max_value=900 * TICKS_PER_CARD_HOUR).filter(bool),
+)
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.lists(any_entries, min_size=1, max_size=12), st.sampled_from(["CNY", "JPY", "KWD"]))
+def test_every_lines_amount_recomputes_from_its_exported_row(entry_list, currency):
+    """Rates of up to 12 places (a price times a factor): the exported exact rate and ticks give the amount
+    to the minor unit, and the card-hours; a totals row's ticks are its lines' (energy left out)."""
+    table = Names(teams={1: ("Team Alpha", "CC-A1"), 2: ("Team Beta", "CC-B2")}, projects={10: "pre"},
+                  models={20: "H200"})
+    rows = rows_from_lines(lines_of(entry_list, currency), names=table, period=NOVEMBER, currency=currency)
+    read = list(csv.DictReader(io.StringIO(csv_text(rows), newline="")))
+    places = MINOR_UNITS[currency]
+    lines: list[dict] = []
+    for row in read:
+        if row["kind"] != "total":
+            lines.append(row)
+            ticks, rate = int(row["ticks"]), Decimal(row["exact_rate"])
+            assert recomputed(ticks, rate, row["kind"], places) == Decimal(row["amount"]), row
+            assert recomputed(ticks, Decimal(1), row["kind"], 4) == Decimal(row["card_hours"]), row
+            assert abs(Decimal(row["rate"]) - rate) <= Decimal("0.00005")  # the shown rate is the exact one rounded
+            continue
+        ticks = sum(int(line["ticks"]) for line in lines if line["kind"] != "energy")
+        assert int(row["ticks"]) == ticks
+        assert Decimal(row["card_hours"]) == recomputed(ticks, Decimal(1), "busy", 4)
+        assert Decimal(row["amount"]) == sum(Decimal(line["amount"]) for line in lines)
+        lines = []
+
+
 # ---- the closed month through manage.py export_statement ---------------------------------------------------
 
 def run(*args) -> tuple[str, str]:
@@ -158,7 +212,7 @@ def test_the_csv_on_stdout_equals_the_statement_rows(month, team_a):
     header, *body = read_csv(out)
     assert header == COLUMNS and body == [csv_expected(row) for row in rows]
     assert [line[1] for line in body].count("'" + EVIL) == 6  # five lines and the totals row, escaped
-    totals = [(line[1], line[7], line[9]) for line in body if line[5] == "total"]
+    totals = [(line[1], line[7], line[AMOUNT]) for line in body if line[5] == "total"]
     assert totals == [("'" + EVIL, "8.0000", "155.09"), ("Team Beta", "3.3571", "63.14")]
 
 
@@ -176,7 +230,7 @@ def test_files_are_written_and_the_xlsx_equals_the_statement_rows(month, team_a,
     for row, cells in zip(rows, body, strict=True):
         xlsx_matches(row, cells)
     assert body[0][1].value == "'" + EVIL and body[0][1].data_type == "s"
-    assert [(cells[9].value, cells[9].data_type) for cells in body if cells[5].value == "total"] == [
+    assert [(cells[AMOUNT].value, cells[AMOUNT].data_type) for cells in body if cells[5].value == "total"] == [
         (155.09, "n"), (63.14, "n")]
     run("2026-11", "--output", str(tmp_path / "nov.csv"))
     assert read_csv((tmp_path / "nov.csv").read_text(encoding="utf-8"))[1:] == [csv_expected(row) for row in rows]
@@ -192,8 +246,8 @@ def test_revisions_and_a_reopened_period(month, finance_user):
     second = close_period(period=NOVEMBER, user=finance_user, now=AFTER + timedelta(hours=2))
     out, err = run("2026-11")
     assert err == "" and read_csv(out)[1:] == [csv_expected(row) for row in statement_rows(second)]
-    negatives = [line for line in read_csv(out)[1:] if line[9].startswith("-")]
-    assert [(line[5], line[7], line[9]) for line in negatives] == [
+    negatives = [line for line in read_csv(out)[1:] if line[AMOUNT].startswith("-")]
+    assert [(line[5], line[7], line[AMOUNT]) for line in negatives] == [
         ("busy", "-1.0000", "-20.00"), ("unmeasured", "-4.5083", "-90.17")]  # numbers, not escaped text
     assert len(read_csv(run("2026-11", "--revision", "1")[0])) == 11
 

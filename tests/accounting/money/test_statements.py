@@ -27,6 +27,7 @@ from accounting.money.statements import (
     statement_totals,
     statements_visible_to,
 )
+from accounting.usage.figures import apportion
 from accounting.usage.services import usage_process, usage_recompute
 from cluster.models import MinuteRollup
 from core.money import MINOR_UNITS
@@ -86,7 +87,15 @@ def test_lines_add_up_to_team_totals_and_the_statement_total(entry_list, currenc
     assert {team: row["amount"] for team, row in totals_rows.items()} == expected
     for team, team_rows in by_team.items():
         assert sum(row["amount"] for row in team_rows) == totals_rows[team]["amount"]
-        assert sum(r["card_hours"] for r in team_rows if r["kind"] != "energy") == totals_rows[team]["card_hours"]
+        # card-hours of a total: its ticks (Σ the lines', energy's millijoules left out) converted once, as
+        # the usage report converts a team's ticks; the lines' rounded card-hours may sum a little apart
+        ticks = sum(r["ticks"] for r in team_rows if r["kind"] != "energy")
+        assert totals_rows[team]["ticks"] == ticks
+        assert totals_rows[team]["card_hours"] == exact_amount(ticks, Decimal(1), 4, "busy")
+        if ticks >= 0:
+            assert totals_rows[team]["card_hours"] == apportion({"team": ticks})["team"]
+        shown = sum(r["card_hours"] for r in team_rows if r["kind"] != "energy")
+        assert abs(shown - totals_rows[team]["card_hours"]) <= Decimal("0.00005") * len(team_rows)
     assert sum(row["amount"] for row in totals_rows.values()) == sum(line.amount for line in lines)
     assert sum(1 for row in rows if row["kind"] != TOTAL_KIND) == len(lines)
 
@@ -148,19 +157,20 @@ def test_rows_are_ordered_and_totals_keep_the_team():
 
 # ---- the hand-priced month ------------------------------------------------------------------------------------
 
-ALPHA = [  # (project, kind, rate_valid_from, card_hours, rate, amount)
-    ("Alpha pretraining", "busy", date(2026, 11, 1), "1.0000", "20.0000", "20.00"),
-    ("Alpha pretraining", "unmeasured", date(2026, 11, 1), "1.0000", "20.0000", "20.00"),
-    (None, "busy", date(2026, 11, 1), "1.0000", "20.0000", "20.00"),
-    (None, "idle", date(2026, 11, 1), "0.4917", "10.0000", "4.92"),
-    (None, "unmeasured", date(2026, 11, 1), "4.5083", "20.0000", "90.17"),
-    (None, "total", None, "8.0000", None, "155.09"),
+S = 840_000  # ticks per GPU-second
+ALPHA = [  # (project, kind, rate_valid_from, card_hours, ticks, rate, amount)
+    ("Alpha pretraining", "busy", date(2026, 11, 1), "1.0000", 3600 * S, "20.0000", "20.00"),
+    ("Alpha pretraining", "unmeasured", date(2026, 11, 1), "1.0000", 3600 * S, "20.0000", "20.00"),
+    (None, "busy", date(2026, 11, 1), "1.0000", 3600 * S, "20.0000", "20.00"),
+    (None, "idle", date(2026, 11, 1), "0.4917", 1770 * S, "10.0000", "4.92"),
+    (None, "unmeasured", date(2026, 11, 1), "4.5083", (1830 + 4 * 3600) * S, "20.0000", "90.17"),
+    (None, "total", None, "8.0000", 8 * 3600 * S, None, "155.09"),
 ]
 BETA = [
-    (None, "busy", date(2026, 11, 1), "0.5000", "20.0000", "10.00"),
-    (None, "busy", date(2026, 11, 15), "2.0000", "18.0000", "36.00"),
-    (None, "unmeasured", date(2026, 11, 1), "0.8571", "20.0000", "17.14"),
-    (None, "total", None, "3.3571", None, "63.14"),
+    (None, "busy", date(2026, 11, 1), "0.5000", 1800 * S, "20.0000", "10.00"),
+    (None, "busy", date(2026, 11, 15), "2.0000", 7200 * S, "18.0000", "36.00"),
+    (None, "unmeasured", date(2026, 11, 1), "0.8571", 6 * 3600 * S // 7, "20.0000", "17.14"),  # a 1g MIG slice
+    (None, "total", None, "3.3571", 9000 * S + 6 * 3600 * S // 7, None, "63.14"),
 ]
 
 
@@ -168,8 +178,9 @@ def expected_rows(team: str, cost_centre: str, lines) -> list[dict]:
     return [{
         "period": "2026-11", "team": team, "cost_centre": cost_centre, "project": project,
         "gpu_model": None if kind == "total" else "H200", "kind": kind, "rate_valid_from": valid_from,
-        "card_hours": Decimal(hours), "rate": rate and Decimal(rate), "amount": Decimal(amount), "currency": "CNY",
-    } for project, kind, valid_from, hours, rate, amount in lines]
+        "card_hours": Decimal(hours), "ticks": ticks, "rate": rate and Decimal(rate),
+        "exact_rate": rate and Decimal(rate), "amount": Decimal(amount), "currency": "CNY",
+    } for project, kind, valid_from, hours, ticks, rate, amount in lines]
 
 
 ALL_ROWS = expected_rows("Team Alpha", "CC-A1", ALPHA) + expected_rows("Team Beta", "CC-B2", BETA)
