@@ -17,7 +17,7 @@ from accounting.team_pages import charts as team_charts
 from accounting.usage.services import usage_process
 from boards.ranking import idle_ranking
 from boards.scope import BoardScope
-from cluster.models import Alert, Gpu
+from cluster.models import Alert, Booking, Gpu
 from teams.models import Project
 from tests.accounting.money import test_close
 from tests.accounting.money.test_close import NOVEMBER
@@ -165,7 +165,7 @@ def test_the_month_to_date_cost_and_idle_jobs_of_a_priced_month(client, lead_a, 
     assert [(r.kind, r.label, r.idle_card_hours, r.allocated_card_hours, r.idle_cost) for r in rows] == [
         ("job", "a-train-1", Decimal("0.4917"), Decimal("2.0000"), Decimal("9.83")),
         ("job", "a-unplaced-5", Decimal("0.0000"), Decimal("4.0000"), Decimal("0.00")),
-        ("booking", "#1", Decimal("0.0000"), Decimal("2.0000"), Decimal("0.00")),
+        ("booking", f"#{Booking.objects.get(team=team_a).pk}", Decimal("0.0000"), Decimal("2.0000"), Decimal("0.00")),
     ]
     board = idle_ranking(BoardScope(day=date(2026, 11, 2), now=END_OF_MONTH, team_id=team_a.pk), user=lead_a)
     assert [(r.label, r.idle_ticks) for r in board if r.idle_ticks] == [(rows[0].label, rows[0].idle_ticks)]
