@@ -10,8 +10,19 @@
       return;
     }
     var figure = JSON.parse(source.textContent);
-    var config = { responsive: true, displaylogo: false };
-    if (document.documentElement.lang.indexOf("zh") === 0) {
+    var chinese = document.documentElement.lang.indexOf("zh") === 0;
+    var config = {
+      responsive: true,
+      displaylogo: false,
+      // plotly's camera button downloads a PNG; this one the same chart as SVG (both drawn here, offline)
+      modeBarButtonsToAdd: [{
+        name: "download-svg",
+        title: chinese ? "下载为 SVG 图片" : "Download plot as an SVG",
+        icon: Plotly.Icons.camera,
+        click: function (gd) { Plotly.downloadImage(gd, { format: "svg", filename: element.dataset.chart }); }
+      }]
+    };
+    if (chinese) {
       config.locale = "zh-CN";  // js/plotly-locale-zh-cn.js: Chinese month and day names on date axes
     }
     Plotly.newPlot(element, figure.data, figure.layout, config);

@@ -52,6 +52,12 @@ def test_a_lead_and_finance_see_the_profile_and_download_its_chart(page, live_se
     saved = tmp_path / download.suggested_filename
     download.save_as(saved)
     assert download.suggested_filename.endswith(".png") and saved.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    with page.expect_download() as download_info:
+        chart.hover()
+        chart.locator(".modebar-btn[data-title='Download plot as an SVG']").click()
+    svg = tmp_path / "chart.svg"
+    download_info.value.save_as(svg)
+    assert download_info.value.suggested_filename == "fig-profile.svg" and b"<svg" in svg.read_bytes()[:200]
     screenshot(page, "monthly-profile")
 
     page.context.clear_cookies()  # signed out: finance signs in afresh
