@@ -30,7 +30,7 @@ from django.utils import timezone
 from django.utils.translation import gettext as _
 from django.views.decorators.http import require_GET, require_POST
 
-from accounting.models import ChargePolicy, MoneyChange, RateCard, Statement, StatementStatus
+from accounting.models import ChargePolicy, LedgerKind, MoneyChange, RateCard, Statement, StatementStatus
 from accounting.money.close import CloseRefused, close_period, reopen_period
 from accounting.money.exports import (
     CARD_HOURS_FORMAT,
@@ -108,7 +108,7 @@ def team_statements(rows: list[dict]) -> list[TeamStatement]:
     teams, lines = [], []
     for row in rows:
         if row["kind"] != TOTAL_KIND:
-            lines.append(row)
+            lines.append({**row, "kind_label": LedgerKind(row["kind"]).label})  # the page's words for the kind
             continue
         teams.append(TeamStatement(row["team"], row["cost_centre"], row["card_hours"], row["amount"], lines))
         lines = []

@@ -97,6 +97,15 @@ def test_closing_from_the_page_shows_the_statements_team_totals(finance):
     assert close(finance).status_code == 302 and Statement.objects.count() == 1  # closing twice adds nothing
 
 
+def test_the_statement_lines_name_their_kind_in_the_readers_language(finance, aggregated):
+    """Seen in the demo: the kind column read busy / idle in the Chinese page."""
+    english = finance.get(URL).content.decode()
+    assert "<td>Busy</td>" in english and "<td>Idle</td>" in english and "<td>busy</td>" not in english
+    finance.post("/i18n/setlang/", {"language": "zh-hans", "next": URL})
+    chinese = finance.get(URL).content.decode()
+    assert "<td>繁忙</td>" in chinese and "<td>空闲</td>" in chinese and "<td>busy</td>" not in chinese
+
+
 def test_a_refused_close_lists_every_problem(finance):
     CollectionState.objects.filter(node__hostname="n2").update(data_complete_to=AFTER - timedelta(days=2))
     RateCard.objects.filter(valid_from=date(2026, 11, 15)).delete()
