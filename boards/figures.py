@@ -1,6 +1,8 @@
 """The daily board's headline tiles and per-team table (issue 14), read from the daily aggregates: one
 GROUP BY over the day and the seven days before it gives every tile and its comparison, and the team
-table of the day; the idle cost and usage cost are priced here at the rate cards (DESIGN.md §5).
+table of the day. A week or a month (issue 15) is the same read over a span of business days against the
+span before it (:attr:`boards.scope.BoardScope.compared_spans`): card-hours are sums of the days, ratios
+ratios of the sums, capacity GPUs the most in service on one day; the idle cost and usage cost are priced here at the rate cards (DESIGN.md §5).
 
 **Costs.** Idle cost is idle card-hours at the GPU model's rate card of the day (what the idle time was
 worth, whatever share of it a policy bills). A team's *usage cost* is its busy, idle and unmeasured
@@ -41,7 +43,7 @@ from boards.maths import (
     change_against,
     efficiency,
 )
-from boards.scope import COMPARED_DAYS, BoardScope
+from boards.scope import BoardScope, Span
 from cluster.jobs.kpis import percent
 from core.money import MINOR_UNITS
 from teams.models import Team
@@ -103,107 +105,174 @@ class Headline:
     sees_all_costs: bool
 
 
-def _read_days(scope: BoardScope) -> tuple[dict[date, _Day], Counter, Counter, dict[tuple, int]]:
-    """(per day of the comparison, the day's team × state ticks, the day's unplaced ticks per team,
-    the day's allocated ticks per (team, project, model, state) for pricing). Three queries."""
-    days: dict[date, _Day] = defaultdict(_Day)
-    team_ticks: Counter = Counter()
-    priced: dict[tuple, int] = defaultdict(int)
+@dataclass(frozen=True)
+class SpanDetail:
+    """What a week's or a month's page shows beyond the headline, from the same reads: each day's state ticks
+    (:data:`OTHER_TEAMS` too) and GPUs, each team's allocated ticks per day (unplaced too), each GPU model's
+    allocated ticks per state of the teams in scope (unplaced as unmeasured), and each model's idle and usage
+    cost of the teams whose costs the viewer sees."""
+
+    states_by_day: dict[date, Counter]
+    gpus_by_day: dict[date, int]
+    team_days: Counter  # (team, day) → allocated ticks
+    team_ticks: Counter  # (team, state) → allocated ticks of the span, unplaced as unmeasured
+    model_ticks: Counter  # (model, state) → ticks
+    model_idle_cost: dict
+    model_cost: dict
+
+
+@dataclass
+class _Read:
+    days: dict[date, _Day] = field(default_factory=lambda: defaultdict(_Day))  # the span's and the compared
+    team_ticks: Counter = field(default_factory=Counter)  # the span's (team, state) → ticks
+    unplaced: Counter = field(default_factory=Counter)  # the span's unplaced ticks per team
+    priced: dict = field(default_factory=lambda: defaultdict(int))  # (day, team, project, model, state) → ticks
+    team_days: Counter = field(default_factory=Counter)
+    model_ticks: Counter = field(default_factory=Counter)
+
+
+def _read_days(scope: BoardScope) -> _Read:
+    """The span's and the compared spans' days, the span's team × state ticks, unplaced ticks per team and
+    allocated ticks per (day, team, project, model, state) for pricing. Three queries, whatever the span."""
+    read = _Read()
+    first, last = scope.span
     rows = (
-        DailyUsage.objects.filter(scope.gpu_q(), day__gte=scope.compared_from, day__lte=scope.day)
+        DailyUsage.objects.filter(scope.gpu_q(), day__gte=scope.compared_from, day__lte=last)
         .values_list("day", "state", "team_id", "project_id", "gpu__model_id").annotate(total=Sum("ticks")).order_by()
     )
     for day, state, team_id, project_id, model_id, total in rows:
-        entry = days[day]
+        entry = read.days[day]
         other = scope.team_id is not None and state in ALLOCATED_STATES and team_id != scope.team_id
         entry.ticks[OTHER_TEAMS if other else state] += total
         if state == IDLE and not other:
             entry.idle_by_team_model[(team_id, model_id)] += total
-        if day == scope.day and state in ALLOCATED_STATES:
-            team_ticks[(team_id, state)] += total
+        if first <= day <= last and state in ALLOCATED_STATES:
+            read.team_ticks[(team_id, state)] += total
+            read.team_days[(team_id, day)] += total
+            if not other:
+                read.model_ticks[(model_id, state)] += total
             if team_id is not None:
-                priced[(day, team_id, project_id, model_id, state)] += total
+                read.priced[(day, team_id, project_id, model_id, state)] += total
     counts = (
-        DailyUsage.objects.filter(scope.gpu_q(), day__gte=scope.compared_from, day__lte=scope.day)
+        DailyUsage.objects.filter(scope.gpu_q(), day__gte=scope.compared_from, day__lte=last)
         .values_list("day").annotate(gpus=Count("gpu", distinct=True)).order_by()
     )
     for day, gpus in counts:
-        days[day].gpus = gpus
-    unplaced: Counter = Counter()
+        read.days[day].gpus = gpus
     if not scope.narrowed_to_gpus:
-        query = DailyUnplacedUsage.objects.filter(day=scope.day)
+        query = DailyUnplacedUsage.objects.filter(day__gte=first, day__lte=last)
         if scope.gpu_model_id is not None:
             query = query.filter(gpu_model_id=scope.gpu_model_id)
-        for team_id, project_id, model_id, total in (
-            query.values_list("team_id", "project_id", "gpu_model_id").annotate(total=Sum("ticks")).order_by()
+        for day, team_id, project_id, model_id, total in (
+            query.values_list("day", "team_id", "project_id", "gpu_model_id").annotate(total=Sum("ticks")).order_by()
         ):
-            unplaced[team_id] += total
-            priced[(scope.day, team_id, project_id, model_id, UNMEASURED)] += total
-    return days, team_ticks, unplaced, priced
+            read.unplaced[team_id] += total
+            read.team_days[(team_id, day)] += total
+            if scope.team_id is None or team_id == scope.team_id:
+                read.model_ticks[(model_id, UNMEASURED)] += total
+            read.priced[(day, team_id, project_id, model_id, UNMEASURED)] += total
+    return read
 
 
-def _idle_costs(day: date, idle: Counter, rates: list[Rate], currency: str, teams) -> tuple[dict, bool]:
-    """Idle cost per team the viewer may see costs of (``teams`` None: all), rounded per (team, model)."""
-    costs: dict[int | None, Decimal] = defaultdict(zero_money)
+def span_days(span: Span) -> list[date]:
+    first, last = span
+    return [first + timedelta(days=n) for n in range((last - first).days + 1)]
+
+
+def _idle_costs(span: Span, days: dict[date, _Day], rates: list[Rate], currency: str, teams) -> tuple[dict, dict, bool]:
+    """Idle cost per team and per GPU model over ``span``, of the teams the viewer may see costs of (``teams``
+    None: all): each day's idle at that day's rate card, rounded once per (team, model, rate card)."""
+    ticks: Counter = Counter()
     unpriced = False
-    for (team_id, model_id), ticks in idle.items():
-        if teams is not None and team_id not in teams:
+    for day in span_days(span):
+        entry = days.get(day)
+        if entry is None:
             continue
-        rate = rate_on(rates, model_id, day)
-        if rate is None:
-            unpriced = True
-            continue
-        costs[team_id] += line_amount(ticks, rate.price, currency)
-    return costs, unpriced
+        for (team_id, model_id), idle in entry.idle_by_team_model.items():
+            if teams is not None and team_id not in teams:
+                continue
+            rate = rate_on(rates, model_id, day)
+            if rate is None:
+                unpriced = True
+                continue
+            ticks[(team_id, model_id, rate)] += idle
+    by_team: dict[int | None, Decimal] = defaultdict(zero_money)
+    by_model: dict[int | None, Decimal] = defaultdict(zero_money)
+    for (team_id, model_id, rate), idle in ticks.items():
+        amount = line_amount(idle, rate.price, currency)
+        by_team[team_id] += amount
+        by_model[model_id] += amount
+    return by_team, by_model, unpriced
 
 
 def headline(scope: BoardScope, *, user) -> Headline:
     """The tiles and the team table of ``scope`` as ``user`` may see them. Seven queries at most."""
+    return span_headline(scope, user=user)[0]
+
+
+def span_headline(scope: BoardScope, *, user) -> tuple[Headline, SpanDetail]:
+    """:func:`headline` of a day or a span of days (``scope.last``), each tile against the mean of
+    ``scope.compared_spans``, with the span's :class:`SpanDetail`. The same seven queries at most."""
     currency = settings.CARDHOUR_CURRENCY
-    days, team_ticks, unplaced, priced = _read_days(scope)
-    rates = rate_cards(scope.compared_from, scope.day + timedelta(days=1))
+    read = _read_days(scope)
+    rates = rate_cards(scope.compared_from, scope.last_day + timedelta(days=1))
     cost_teams = cost_team_ids(user)
     sees_costs = cost_teams is None or bool(cost_teams)
-    idle_cost_of: dict[date, Decimal | None] = {}
-    today_costs: dict = {}
-    unpriced = False
-    for day, entry in days.items():
-        costs, missing = _idle_costs(day, entry.idle_by_team_model, rates, currency, cost_teams)
-        idle_cost_of[day] = sum(costs.values(), zero_money()) if sees_costs else None
-        if day == scope.day:
-            today_costs, unpriced = costs, missing
-    tiles = _tiles(scope, days, idle_cost_of)
-    entries, unpriced_usage = price_usage(usage=priced, rates=rates, policy=current_policy())
-    usage_cost = team_totals(lines_of(entries, currency))  # each line priced once, as a close prices it
-    teams = _team_rows(scope, team_ticks, unplaced, today_costs, usage_cost, cost_teams, user)
-    unplaced_ch = row_figures({UNMEASURED: sum(unplaced.values())}, gpu_level=False)["card_hours_unmeasured"]
+    idle_cost_of: dict[Span, Decimal | None] = {}
+    for span in scope.compared_spans:
+        costs, _by_model, _missing = _idle_costs(span, read.days, rates, currency, cost_teams)
+        idle_cost_of[span] = sum(costs.values(), zero_money()) if sees_costs else None
+    span_costs, model_idle, unpriced = _idle_costs(scope.span, read.days, rates, currency, cost_teams)
+    idle_cost_of[scope.span] = sum(span_costs.values(), zero_money()) if sees_costs else None
+    tiles = _tiles(scope, read.days, idle_cost_of)
+    entries, unpriced_usage = price_usage(usage=read.priced, rates=rates, policy=current_policy())
+    lines = lines_of(entries, currency)  # each line priced once, as a close prices it
+    teams = _team_rows(scope, read.team_ticks, read.unplaced, span_costs, team_totals(lines), cost_teams, user)
+    unplaced_ch = row_figures({UNMEASURED: sum(read.unplaced.values())}, gpu_level=False)["card_hours_unmeasured"]
+    model_cost: dict[int | None, Decimal] = defaultdict(zero_money)
+    for line in lines:
+        if (cost_teams is None or line.team_id in cost_teams) and scope.team_id in (None, line.team_id):
+            model_cost[line.gpu_model_id] += line.amount
+    shown = span_days(scope.span)
+    detail = SpanDetail(
+        states_by_day={d: read.days[d].ticks for d in shown if d in read.days},
+        gpus_by_day={d: read.days[d].gpus for d in shown if d in read.days},
+        team_days=read.team_days, team_ticks=read.team_ticks + Counter({(t, UNMEASURED): n for t, n in read.unplaced.items()}),
+        model_ticks=read.model_ticks, model_idle_cost=dict(model_idle),
+        model_cost=dict(model_cost),
+    )
     return Headline(tiles=tiles, teams=teams, unplaced_card_hours=unplaced_ch,
                     unpriced=unpriced or bool(unpriced_usage), currency=currency, sees_costs=sees_costs,
-                    sees_all_costs=cost_teams is None)
+                    sees_all_costs=cost_teams is None), detail
 
 
 def _tiles(scope: BoardScope, days: dict[date, _Day], idle_cost_of: dict) -> list[Tile]:
-    earlier = [scope.day - timedelta(days=n) for n in range(1, COMPARED_DAYS + 1)]
-    earlier = [d for d in earlier if d in days and days[d].gpus]
-
-    def figures(day: date) -> dict:
-        entry = days.get(day)
-        if entry is None or not entry.gpus:
+    def figures(span: Span) -> dict:
+        """A span's figures: card-hours summed over its days, ratios of the sums, capacity GPUs the most in
+        service on one of its days ({} when no day has usage)."""
+        ticks: Counter = Counter()
+        gpus = 0
+        for day in span_days(span):
+            entry = days.get(day)
+            if entry is not None and entry.gpus:
+                ticks.update(entry.ticks)
+                gpus = max(gpus, entry.gpus)
+        if not gpus:
             return {}
-        hours = card_hours_by_state(entry.ticks)
+        hours = card_hours_by_state(ticks)
         return {
-            "capacity_gpus": Decimal(entry.gpus),
+            "capacity_gpus": Decimal(gpus),
             "capacity_card_hours": sum(hours.values(), Decimal(0)),
-            "allocation_rate": percent(allocation_rate(entry.ticks)),
-            "efficiency": percent(efficiency(entry.ticks)),
+            "allocation_rate": percent(allocation_rate(ticks)),
+            "efficiency": percent(efficiency(ticks)),
             "idle_card_hours": hours[IDLE],
-            "idle_cost": idle_cost_of.get(day),
+            "idle_cost": idle_cost_of.get(span),
             "unmeasured_card_hours": hours[UNMEASURED],
             "unallocated_card_hours": hours[UNALLOCATED],
             "down_card_hours": hours[DOWN],
         }
 
-    now, before = figures(scope.day), [figures(d) for d in earlier]
+    now, before = figures(scope.span), [figures(span) for span in scope.compared_spans]
     kinds = {
         "capacity_gpus": "gpus", "allocation_rate": "percent", "efficiency": "percent", "idle_cost": "money",
     }
@@ -231,7 +300,7 @@ def _team_rows(scope, team_ticks: Counter, unplaced: Counter, idle_costs: dict, 
     visible = visible_team_ids(user)
     ids = [t for t in ticks if t is not None]
     teams = {t.pk: t for t in Team.objects.filter(pk__in=ids)}
-    quotas = tightest_quotas(scope.day, [t for t in ids if visible is None or t in visible], now=scope.now)
+    quotas = tightest_quotas(scope.last_day, [t for t in ids if visible is None or t in visible], now=scope.now)
     rows = []
     for team_id, state_ticks in ticks.items():
         if team_id is None and visible is not None:

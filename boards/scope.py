@@ -1,5 +1,5 @@
-"""What one board shows: a business day and the pool, GPU model, node and team it is narrowed to, with the
-SQL conditions every read of the board applies (no ORM query here)."""
+"""What one board shows: a business day (or a span of them: a week, a month) and the pool, GPU model, node and
+team it is narrowed to, with the SQL conditions every read of the board applies (no ORM query here)."""
 
 from __future__ import annotations
 
@@ -8,9 +8,10 @@ from datetime import date, datetime, timedelta
 
 from django.db.models import Q
 
-from core.timeutils import business_day_bounds, business_today
+from core.timeutils import business_day_bounds, business_today, month_days, previous_month
 
 COMPARED_DAYS = 7  # the tiles compare a day with the mean of the days before it
+Span = tuple[date, date]  # first and last business day, both included
 
 
 @dataclass(frozen=True)
@@ -21,19 +22,39 @@ class BoardScope:
     gpu_model_id: int | None = None
     node_id: int | None = None
     team_id: int | None = None
+    last: date | None = None  # a span's last business day (``day`` its first); None: the one day
+
+    @property
+    def last_day(self) -> date:
+        return self.last or self.day
+
+    @property
+    def span(self) -> Span:
+        return self.day, self.last_day
 
     @property
     def bounds(self) -> tuple[datetime, datetime]:
-        return business_day_bounds(self.day)
+        return business_day_bounds(self.day)[0], business_day_bounds(self.last_day)[1]
 
     @property
     def live(self) -> bool:
-        """Today's board: its figures still grow, and the page refreshes them."""
-        return self.day >= business_today(now=self.now)
+        """Today's board (or a span holding today): its figures still grow."""
+        return self.last_day >= business_today(now=self.now)
+
+    @property
+    def compared_spans(self) -> list[Span]:
+        """What the tiles compare with (the mean of): the seven days before one day; the month before a whole
+        calendar month; else the span of the same length just before (a week: the week before)."""
+        if self.last is None:
+            return [(d, d) for d in (self.day - timedelta(days=n) for n in range(1, COMPARED_DAYS + 1))]
+        if self.day.day == 1 and self.last + timedelta(days=1) == month_days(self.day)[1]:
+            return [(previous_month(self.day), self.day - timedelta(days=1))]
+        length = (self.last - self.day).days + 1
+        return [(self.day - timedelta(days=length), self.day - timedelta(days=1))]
 
     @property
     def compared_from(self) -> date:
-        return self.day - timedelta(days=COMPARED_DAYS)
+        return min(first for first, _last in self.compared_spans)
 
     @property
     def narrowed_to_gpus(self) -> bool:

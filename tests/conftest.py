@@ -51,6 +51,7 @@ CLOCK_MODULES = frozenset({
     "accounting/usage/test_backfill_migration.py",
     "accounting/usage/test_pending.py",
     "accounting/usage/test_report.py",
+    "boards/test_periods.py",
     "boards/test_profile.py",
     "boards/test_projection.py",
     "browser/test_board.py",

@@ -1,16 +1,20 @@
-"""The resource profile's chart (issue 15): concurrent GPUs held per hour over the month, per GPU model and
+"""The resource profile's chart, and the week and month views' day bars and sparklines (issue 15): concurrent GPUs held per hour over the month, per GPU model and
 for the cluster, with the cluster's capacity line. A pure function of the selector's DataFrame
 (:attr:`boards.periods.profile.MonthProfile.series`), no ORM (STYLE.md 6); the view passes the words
 (translated) and the display zone. Times are wall-clock strings of the display zone, as on the daily board."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, tzinfo
+from html import escape
 
 import pandas as pd
 
-from boards.charts import wall_clock
+from boards.charts import COLOURS, BoardText, wall_clock
+from boards.maths import OTHER_TEAMS, SERIES
+from core.units import TICKS_PER_CARD_HOUR
 
 TOTAL_COLOUR, CAPACITY_COLOUR = "#1f3b73", "#b03a2e"
 MODEL_COLOURS = ("#2e9e5b", "#f0a202", "#8da0cb", "#66c2a5", "#e78ac3", "#a6d854", "#ffd92f", "#e5c494")
@@ -66,3 +70,72 @@ def _line(rows: pd.DataFrame, zone: tzinfo, *, name: str, colour: str, text: Pro
         "customdata": [text.partial if p else "" for p in rows["partial"]],
         "hovertemplate": "%{y:.2f} %{customdata}", "meta": {"role": "held", "series": name},
     }
+
+
+# ---- week and month views ----------------------------------------------------------------------------------
+
+SPARK_WIDTH, SPARK_HEIGHT, SPARK_PAD = 96, 24, 2
+
+
+def sparkline_points(values: Sequence[float], *, width: int = SPARK_WIDTH, height: int = SPARK_HEIGHT,
+                     pad: int = SPARK_PAD) -> str:
+    """The ``points`` of an SVG polyline through ``values`` (one a day, left to right), scaled to the box with
+    0 at the bottom and the largest value at the top (all 0: a flat line at the bottom); "" with no value."""
+    if not values:
+        return ""
+    top = max(max(float(v) for v in values), 0.0)
+    step = (width - 2 * pad) / (len(values) - 1) if len(values) > 1 else 0
+    points = []
+    for n, value in enumerate(values):
+        x = pad + step * n if len(values) > 1 else width / 2
+        y = height - pad - ((float(value) / top) * (height - 2 * pad) if top > 0 else 0)
+        points.append(f"{x:.1f},{y:.1f}")
+    return " ".join(points)
+
+
+def sparkline_svg(values: Sequence[float], *, title: str = "", width: int = SPARK_WIDTH,
+                  height: int = SPARK_HEIGHT) -> str:
+    """A tiny inline SVG of ``values`` (no script): a polyline, and a dot where one value alone has no line;
+    ``title`` (escaped) is what a pointer or a screen reader reads."""
+    points = sparkline_points(values, width=width, height=height)
+    label = escape(title, quote=True)
+    if not points:
+        return ""
+    mark = (f'<polyline fill="none" stroke="{TOTAL_COLOUR}" stroke-width="1.5" points="{points}"/>'
+            if len(values) > 1 else
+            f'<circle r="2" fill="{TOTAL_COLOUR}" cx="{points.split(",")[0]}" cy="{points.split(",")[1]}"/>')
+    return (f'<svg class="sparkline" xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
+            f'viewBox="0 0 {width} {height}" role="img" aria-label="{label}"><title>{label}</title>{mark}</svg>')
+
+
+def days_figure(bars: pd.DataFrame, *, text: BoardText | None = None, day_axis: str = "Business day") -> dict:
+    """Stacked bars of card-hours per business day and state (``bars``:
+    :attr:`boards.periods.summary.PeriodSummary.bars`), adding up to each day's capacity; a day still filling
+    is hatched and says so on hover (as the daily board's timeline marks an hour)."""
+    text = text or BoardText()
+    layout = {
+        "margin": {"l": 56, "r": 16, "t": 16, "b": 40}, "hovermode": "closest", "showlegend": True,
+        "legend": {"orientation": "h", "y": -0.18}, "annotations": [], "barmode": "stack", "bargap": 0.15,
+        "xaxis": {"type": "category", "title": {"text": day_axis}},
+        "yaxis": {"title": {"text": text.card_hours_axis}, "rangemode": "tozero"},
+    }
+    if bars.empty or not bars["capacity"].any():
+        layout["annotations"].append({"text": text.no_data, "xref": "paper", "yref": "paper", "x": 0.5, "y": 0.5,
+                                      "showarrow": False, "font": {"size": 14, "color": "#5d6677"}})
+        return {"data": [], "layout": layout}
+    days = [d.isoformat() for d in bars["day"]]
+    partial = [bool(p) for p in bars["partial"]]
+    data = []
+    for key in SERIES:
+        values = [round(int(v) / TICKS_PER_CARD_HOUR, 4) for v in bars[key]]
+        if key == OTHER_TEAMS and not any(values):
+            continue
+        hover = [f"{d} · {text.label(key)} {v:.2f}" + (f" ({text.partial})" if p else "")
+                 for d, v, p in zip(days, values, partial, strict=True)]
+        data.append({
+            "type": "bar", "name": text.label(key), "x": days, "y": values,
+            "marker": {"color": COLOURS[key], "line": {"width": 0},
+                       "pattern": {"shape": ["/" if p else "" for p in partial], "fgcolor": "#5d6677", "size": 6}},
+            "hovertext": hover, "hovertemplate": "%{hovertext}<extra></extra>", "meta": {"role": "days", "series": key},
+        })
+    return {"data": data, "layout": layout}
