@@ -31,4 +31,17 @@ def navigation(request):
         entries.append(NavEntry(_("Finance"), reverse("accounting:finance"), "finance"))
     if is_admin(user):
         entries.append(NavEntry(_("Admin site"), reverse("admin:index"), "admin"))
-    return {"nav_entries": entries, "nav_roles": role_labels(user)}
+    return {"nav_entries": entries, "nav_roles": role_labels(user), "nav_current": current_entry(request.path, entries)}
+
+
+def current_entry(path: str, entries: list[NavEntry]) -> str | None:
+    """The key of the entry whose page ``path`` is: the longest entry URL that ``path`` starts with (the
+    board's week and month views, under /board/, are the board's; the home page only for itself)."""
+    best = None
+    for entry in entries:
+        if (path == entry.url or (entry.url != "/" and path.startswith(entry.url))) and (
+                best is None or len(entry.url) > len(best.url)):
+            best = entry
+    if best is None and path.startswith("/board/"):
+        return "board"
+    return best.key if best else None

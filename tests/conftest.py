@@ -55,6 +55,8 @@ CLOCK_MODULES = frozenset({
     "boards/test_profile.py",
     "boards/test_projection.py",
     "browser/test_board.py",
+    "browser/test_periods.py",
+    "browser/test_profile.py",
     "browser/test_bookings.py",
     "browser/test_finance_page.py",
     "browser/test_node_charts.py",
