@@ -20,6 +20,8 @@ from accounting.notify.models import (
     WebhookDelivery,
     WebhookEndpoint,
     WebhookPreset,
+    WeeklyReportOptOut,
+    WeeklyReportSent,
 )
 from accounting.usage.models import (
     DailyEnergy,
@@ -58,4 +60,6 @@ __all__ = [
     "WebhookDelivery",
     "WebhookEndpoint",
     "WebhookPreset",
+    "WeeklyReportOptOut",
+    "WeeklyReportSent",
 ]

@@ -10,5 +10,6 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
 app = Celery("cardhour")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()
+app.autodiscover_tasks(["boards.periods"])  # boards/periods/tasks.py: a sub-package, not an app
 
 QUEUES = ("collect", "rollup", "default")

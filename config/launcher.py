@@ -55,6 +55,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"Starting the embedded services (PostgreSQL, Redis) under var/{args.state} …", flush=True)
     os.environ.update(local_environment(args.state))
     os.environ.setdefault("ALLOWED_HOSTS", f"{args.host},localhost,127.0.0.1")
+    os.environ.setdefault("CARDHOUR_SITE_URL", f"http://{args.host}:{args.port}")  # the weekly report's links
 
     state = VAR_DIR / args.state
     tokens = state / "fleet-tokens.json"

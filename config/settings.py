@@ -334,6 +334,11 @@ CHARGE_UNALLOCATED = env_str("CHARGE_UNALLOCATED", "kept")  # kept | shared
 NOTIFY_DIGEST_LOCAL_TIME = env_str("NOTIFY_DIGEST_LOCAL_TIME", "08:30")
 if not re.fullmatch(r"([01]\d|2[0-3]):[0-5]\d", NOTIFY_DIGEST_LOCAL_TIME):
     raise ImproperlyConfigured(f"NOTIFY_DIGEST_LOCAL_TIME: HH:MM, not {NOTIFY_DIGEST_LOCAL_TIME!r}")
+# The weekly report e-mail (boards/periods/weekly.py) goes out on Monday after NOTIFY_DIGEST_LOCAL_TIME (display
+# zone) for the week before, to team leads, admin and finance; a week missed then is sent any later time that
+# week. CARDHOUR_SITE_URL is the site's address as readers reach it (scheme, host, port; no trailing slash):
+# the e-mail's links to the week view and the team pages are built on it.
+CARDHOUR_SITE_URL = env_str("CARDHOUR_SITE_URL", "http://127.0.0.1:8000").rstrip("/")
 NOTIFY_FANOUT_LOOKBACK_MINUTES = env_int("NOTIFY_FANOUT_LOOKBACK_MINUTES", 24 * 60, minimum=1)
 NOTIFY_WEBHOOK_TIMEOUT_S = env_int("NOTIFY_WEBHOOK_TIMEOUT_S", 5, minimum=1)
 NOTIFY_WEBHOOK_MAX_ATTEMPTS = env_int("NOTIFY_WEBHOOK_MAX_ATTEMPTS", 5, minimum=1)
@@ -360,6 +365,8 @@ CELERY_BEAT_SCHEDULE = {
     "quota-alerts": {"task": "accounting.tasks.quota_alerts", "schedule": 600.0, "options": {"expires": 600}},
     "notify-fan-out": {"task": "accounting.tasks.notify_fan_out", "schedule": 60.0, "options": {"expires": 60}},
     "notify-digests": {"task": "accounting.tasks.notify_digests", "schedule": 900.0, "options": {"expires": 900}},
+    # Every 15 minutes; the task itself sends only from Monday's digest time on, once a week per person.
+    "weekly-reports": {"task": "boards.periods.tasks.weekly_reports", "schedule": 900.0, "options": {"expires": 900}},
     "prune-telemetry": {"task": "cluster.tasks.prune_telemetry", "schedule": 3600.0, "options": {"expires": 3600}},
     "observed-usage": {
         "task": "cluster.tasks.observed_scan", "schedule": OBSERVED_SCAN_EVERY_S,

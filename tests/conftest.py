@@ -54,6 +54,7 @@ CLOCK_MODULES = frozenset({
     "boards/test_periods.py",
     "boards/test_profile.py",
     "boards/test_projection.py",
+    "boards/test_weekly_report.py",
     "browser/test_board.py",
     "browser/test_periods.py",
     "browser/test_profile.py",

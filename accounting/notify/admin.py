@@ -1,9 +1,17 @@
-"""Admin for alert delivery: webhook endpoints and subscriptions are edited here; notifications, deliveries
-and digests are records, shown read-only."""
+"""Admin for alert delivery: webhook endpoints, subscriptions and weekly report opt-outs are edited here;
+notifications, deliveries, digests and weekly reports sent are records, shown read-only."""
 
 from django.contrib import admin
 
-from accounting.models import DigestSent, Notification, Subscription, WebhookDelivery, WebhookEndpoint
+from accounting.models import (
+    DigestSent,
+    Notification,
+    Subscription,
+    WebhookDelivery,
+    WebhookEndpoint,
+    WeeklyReportOptOut,
+    WeeklyReportSent,
+)
 
 
 class ReadOnlyAdmin(admin.ModelAdmin):
@@ -50,3 +58,18 @@ class WebhookDeliveryAdmin(ReadOnlyAdmin):
 @admin.register(DigestSent)
 class DigestSentAdmin(ReadOnlyAdmin):
     list_display = ["user", "local_day", "sent_at", "notification_count"]
+
+
+@admin.register(WeeklyReportSent)
+class WeeklyReportSentAdmin(ReadOnlyAdmin):
+    list_display = ["user", "week_start", "sent_at"]
+    list_select_related = ["user"]
+    search_fields = ["user__username"]
+
+
+@admin.register(WeeklyReportOptOut)
+class WeeklyReportOptOutAdmin(admin.ModelAdmin):
+    list_display = ["user", "created_at"]
+    list_select_related = ["user"]
+    autocomplete_fields = ["user"]
+    search_fields = ["user__username"]

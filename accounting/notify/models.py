@@ -1,5 +1,5 @@
 """Alerts reaching people (DESIGN.md §6): in-app notifications, subscriptions, webhook endpoints and
-their deliveries, and the daily digest's once-a-day mark."""
+their deliveries, the daily digest's once-a-day mark, and the weekly report's once-a-week mark and opt-out."""
 
 from __future__ import annotations
 
@@ -143,3 +143,37 @@ class DigestSent(models.Model):
 
     def __str__(self) -> str:
         return f"{self.user} · {self.local_day}"
+
+
+class WeeklyReportSent(models.Model):
+    """The weekly report of one week (its Monday) e-mailed to one person (so it goes out once a week)."""
+
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+",
+                             verbose_name=_("user"))
+    week_start = models.DateField(_("week (Monday)"))
+    sent_at = models.DateTimeField(_("sent"))
+
+    class Meta:
+        ordering = ["-week_start", "user"]
+        verbose_name = _("weekly report sent")
+        verbose_name_plural = _("weekly reports sent")
+        constraints = [models.UniqueConstraint(fields=["user", "week_start"], name="weekly_report_once_a_week")]
+
+    def __str__(self) -> str:
+        return f"{self.user} · {self.week_start}"
+
+
+class WeeklyReportOptOut(models.Model):
+    """A person who asked not to receive the weekly report e-mail (no row: they receive it)."""
+
+    user = models.OneToOneField(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="weekly_report_opt_out",
+                                verbose_name=_("user"))
+    created_at = models.DateTimeField(_("created"))
+
+    class Meta:
+        ordering = ["user"]
+        verbose_name = _("weekly report opt-out")
+        verbose_name_plural = _("weekly report opt-outs")
+
+    def __str__(self) -> str:
+        return str(self.user)
