@@ -20,6 +20,11 @@ def test_it_times_the_board_page_and_json_and_leaves_nothing_behind(db, capsys):
     assert not DailyUsage.objects.exists() and not HourlyUsage.objects.exists()
     assert not MinuteRollup.objects.exists() and not Job.objects.exists()
     print_boards(result)
-    lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("daily board")]
+    out = capsys.readouterr().out.splitlines()
+    lines = [line for line in out if line.startswith("daily board")]
     assert [line.split()[2] for line in lines] == ["page", "JSON"]
     assert all(" ms " in line for line in lines)
+    periods = [line for line in out if line.startswith(("week view", "month view", "profile"))]
+    assert [line.split()[0] for line in periods] == ["week", "month", "profile"] and all(" ms " in p for p in periods)
+    for part in ("week", "month", "profile"):
+        assert result[part]["ms"] > 0 and result[part]["queries"] > 5
