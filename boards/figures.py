@@ -46,6 +46,7 @@ from boards.maths import (
 from boards.scope import BoardScope, Span
 from cluster.jobs.kpis import percent
 from core.money import MINOR_UNITS
+from core.timeutils import days_through
 from teams.models import Team
 from teams.selectors import visible_team_ids
 
@@ -174,17 +175,12 @@ def _read_days(scope: BoardScope) -> _Read:
     return read
 
 
-def span_days(span: Span) -> list[date]:
-    first, last = span
-    return [first + timedelta(days=n) for n in range((last - first).days + 1)]
-
-
 def _idle_costs(span: Span, days: dict[date, _Day], rates: list[Rate], currency: str, teams) -> tuple[dict, dict, bool]:
     """Idle cost per team and per GPU model over ``span``, of the teams the viewer may see costs of (``teams``
     None: all): each day's idle at that day's rate card, rounded once per (team, model, rate card)."""
     ticks: Counter = Counter()
     unpriced = False
-    for day in span_days(span):
+    for day in days_through(*span):
         entry = days.get(day)
         if entry is None:
             continue
@@ -233,7 +229,7 @@ def span_headline(scope: BoardScope, *, user) -> tuple[Headline, SpanDetail]:
     for line in lines:
         if (cost_teams is None or line.team_id in cost_teams) and scope.team_id in (None, line.team_id):
             model_cost[line.gpu_model_id] += line.amount
-    shown = span_days(scope.span)
+    shown = days_through(*scope.span)
     detail = SpanDetail(
         states_by_day={d: read.days[d].ticks for d in shown if d in read.days},
         gpus_by_day={d: read.days[d].gpus for d in shown if d in read.days},
@@ -252,7 +248,7 @@ def _tiles(scope: BoardScope, days: dict[date, _Day], idle_cost_of: dict) -> lis
         service on one of its days ({} when no day has usage)."""
         ticks: Counter = Counter()
         gpus = 0
-        for day in span_days(span):
+        for day in days_through(*span):
             entry = days.get(day)
             if entry is not None and entry.gpus:
                 ticks.update(entry.ticks)

@@ -48,8 +48,18 @@ def business_days(start: datetime, end: datetime) -> list[date]:
     start, end = clamp_to_window(start), clamp_to_window(end)
     if end <= start:
         return []
-    first, last = business_day_of(start), business_day_of(end - timedelta(microseconds=1))
+    return days_through(business_day_of(start), business_day_of(end - timedelta(microseconds=1)))
+
+
+def days_through(first: date, last: date) -> list[date]:
+    """The days ``first`` … ``last``, both included (none when ``last`` is before ``first``)."""
     return [first + timedelta(days=n) for n in range((last - first).days + 1)]
+
+
+def week_days(day: date) -> tuple[date, date]:
+    """Monday and Sunday of ``day``'s week (weeks run Monday to Sunday)."""
+    monday = day - timedelta(days=day.weekday())
+    return monday, monday + timedelta(days=6)
 
 
 def month_days(period: date) -> tuple[date, date]:

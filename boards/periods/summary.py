@@ -18,13 +18,13 @@ import pandas as pd
 
 from accounting.money.pricing import card_hours
 from accounting.usage.figures import row_figures
-from boards.figures import Headline, span_days, span_headline, zero_money
+from boards.figures import Headline, span_headline, zero_money
 from boards.maths import SERIES, efficiency
 from boards.movers import LongIdle, long_idle
 from boards.scope import BoardScope
 from cluster.jobs.kpis import percent
 from cluster.models import GpuModel
-from core.timeutils import business_today, month_days
+from core.timeutils import business_today, days_through, month_days, week_days
 
 WEEK, MONTH = "week", "month"
 DAY_COLUMNS = ["day", *SERIES, "capacity", "partial"]
@@ -68,15 +68,9 @@ class PeriodSummary:
         return self.scope.live
 
 
-def week_of(day: date) -> tuple[date, date]:
-    """Monday and Sunday of ``day``'s week (business days, Monday–Sunday)."""
-    monday = day - timedelta(days=day.weekday())
-    return monday, monday + timedelta(days=6)
-
-
 def last_full_week(today: date) -> date:
     """The Monday of the last week that has ended before ``today``."""
-    return week_of(today)[0] - timedelta(days=7)
+    return week_days(today)[0] - timedelta(days=7)
 
 
 def month_span(first: date) -> tuple[date, date]:
@@ -104,7 +98,7 @@ def period_summary(scope: BoardScope, *, user, kind: str, total_name: str = "Tot
     it. Queries: the headline's seven, one for the model names, long idle's five at most."""
     head, detail = span_headline(scope, user=user)
     today = business_today(now=scope.now)
-    shown = [d for d in span_days(scope.span) if d <= today]
+    shown = [d for d in days_through(*scope.span) if d <= today]
     teams = [
         TableRow(key=row.team_id, name=row.name, allocated=row.allocated, busy=row.busy, idle=row.idle,
                  unmeasured=row.unmeasured, efficiency=row.efficiency, idle_cost=row.idle_cost, cost=row.cost,
@@ -150,5 +144,4 @@ def _bars(detail, shown: list[date], today: date) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=DAY_COLUMNS)
 
 
-__all__ = ["MONTH", "WEEK", "PeriodSummary", "TableRow", "last_full_week", "month_span", "period_summary",
-           "week_of"]
+__all__ = ["MONTH", "WEEK", "PeriodSummary", "TableRow", "last_full_week", "month_span", "period_summary"]

@@ -31,11 +31,10 @@ from boards.periods.summary import (
     last_full_week,
     month_span,
     period_summary,
-    week_of,
 )
 from boards.views import board_text
 from core.html import json_script
-from core.timeutils import business_today, month_days, previous_month
+from core.timeutils import business_today, month_days, previous_month, week_days
 from core.timewindow import WINDOW_START
 
 MONTH_RULE = gettext_lazy(
@@ -179,12 +178,12 @@ def requested_week(text: str | None, *, now: datetime) -> date:
         raise BadParameter("week", WEEK_RULE) from None
     if not WINDOW_START.date() <= day <= today:
         raise BadParameter("week", WEEK_RULE)
-    return week_of(day)[0]
+    return week_days(day)[0]
 
 
 def _period_params(request, kind: str, *, now: datetime) -> tuple[date, date]:
     if kind == WEEK:
-        return week_of(requested_week(request.GET.get(kind), now=now))
+        return week_days(requested_week(request.GET.get(kind), now=now))
     return month_span(requested_month(request.GET.get(kind), now=now))
 
 

@@ -34,9 +34,9 @@ from accounting.models import Quota, WeeklyReportOptOut, WeeklyReportSent
 from accounting.money.idle_ranking import IdleRow, rank_idle
 from accounting.notify.services import digest_time
 from accounting.quotas.selectors import QuotaStatus, quota_statuses
-from boards.periods.summary import WEEK, PeriodSummary, period_summary, week_of
+from boards.periods.summary import WEEK, PeriodSummary, period_summary
 from boards.scope import BoardScope
-from core.timeutils import business_today
+from core.timeutils import business_today, week_days
 from teams.models import Membership, Team
 from teams.roles import ADMIN_GROUP, FINANCE_GROUP, TeamRole, sees_all_teams
 
@@ -99,7 +99,7 @@ def weekly_report_for(user, monday: date, now: datetime) -> WeeklyReport | None:
     everything = sees_all_teams(user)
     if not led and not everything:
         return None
-    sunday = week_of(monday)[1]
+    sunday = week_days(monday)[1]
     scope = BoardScope(day=monday, last=sunday, now=now)
     summary = period_summary(scope, user=user, kind=WEEK, total_name=_("Total"))
     return WeeklyReport(
@@ -115,8 +115,8 @@ def report_week(now: datetime) -> date | None:
     local = timezone.localtime(now, ZoneInfo(settings.TIME_ZONE))
     if local.weekday() == 0 and local.time() < digest_time():
         return None
-    monday = week_of(local.date())[0] - timedelta(days=7)
-    if business_today(now=now) <= week_of(monday)[1]:
+    monday = week_days(local.date())[0] - timedelta(days=7)
+    if business_today(now=now) <= week_days(monday)[1]:
         return None  # the display zone is ahead of the business zone: last week's Sunday still runs there
     return monday
 

@@ -20,6 +20,7 @@ from django.utils.translation import gettext_lazy as _
 
 from cluster.choices import GpuStatus, NodeStatus
 from cluster.models import Gpu, GpuHold, HoldKind, NodeStatusPeriod
+from core.timeutils import week_days
 from teams.models import Membership
 
 GROUP_BY_NODE, GROUP_BY_MODEL = "node", "model"
@@ -147,7 +148,7 @@ class CalendarWeek:
 
 def week_bounds(day: date, zone: tzinfo) -> tuple[datetime, datetime]:
     """Monday 00:00 of ``day``'s week to the next Monday 00:00, in ``zone`` (aware; DST makes it 167 or 169 h)."""
-    monday = day - timedelta(days=day.weekday())
+    monday = week_days(day)[0]
     return _midnight(monday, zone), _midnight(monday + timedelta(days=7), zone)
 
 

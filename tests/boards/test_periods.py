@@ -21,9 +21,10 @@ from accounting.usage.states import BUSY, IDLE
 from boards.figures import headline, span_headline
 from boards.maths import SERIES, card_hours_by_state
 from boards.periods.charts import days_figure, sparkline_points, sparkline_svg
-from boards.periods.summary import WEEK, last_full_week, period_summary, week_of
+from boards.periods.summary import WEEK, last_full_week, period_summary
 from boards.scope import BoardScope
 from cluster.models import Gpu, Node
+from core.timeutils import week_days
 from tests.boards.board_day import DAY, NOW, SECRET_JOB, SECRET_USER
 
 pytestmark = pytest.mark.django_db
@@ -71,8 +72,8 @@ def tiles(head) -> dict:
 
 
 def test_the_week_is_monday_to_sunday_and_defaults_to_the_last_full_one():
-    assert week_of(date(2026, 11, 4)) == (MONDAY, SUNDAY)
-    assert week_of(SUNDAY) == (MONDAY, SUNDAY)
+    assert week_days(date(2026, 11, 4)) == (MONDAY, SUNDAY)
+    assert week_days(SUNDAY) == (MONDAY, SUNDAY)
     assert last_full_week(date(2026, 11, 10)) == MONDAY and last_full_week(date(2026, 11, 8)) == date(2026, 10, 26)
     scope = week_scope()
     assert scope.compared_spans == [(date(2026, 10, 26), date(2026, 11, 1))]

@@ -14,9 +14,11 @@ from core.timeutils import (
     business_days,
     business_today,
     business_zone,
+    days_through,
     epoch_ms,
     month_days,
     previous_month,
+    week_days,
 )
 
 HOUR = timedelta(hours=1)
@@ -163,3 +165,11 @@ def test_epoch_ms_keeps_milliseconds_and_ignores_the_zone():
     assert epoch_ms(datetime(1970, 1, 1, 0, 0, 1, 500_000, tzinfo=UTC)) == 1_500
     shanghai_morning = datetime(2026, 11, 2, 8, tzinfo=ZoneInfo("Asia/Shanghai"))  # = 00:00 UTC
     assert epoch_ms(shanghai_morning) == 1_793_577_600_000
+
+
+def test_days_through_includes_both_ends_and_a_week_runs_monday_to_sunday():
+    assert days_through(date(2026, 2, 27), date(2026, 3, 2)) == [
+        date(2026, 2, 27), date(2026, 2, 28), date(2026, 3, 1), date(2026, 3, 2)]
+    assert days_through(date(2026, 3, 2), date(2026, 3, 1)) == []
+    assert week_days(date(2026, 12, 3)) == week_days(date(2026, 11, 30)) == (date(2026, 11, 30), date(2026, 12, 6))
+    assert week_days(date(2026, 12, 6)) == (date(2026, 11, 30), date(2026, 12, 6))
