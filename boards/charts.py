@@ -72,7 +72,8 @@ def _hour_span(hour: datetime, day_end: datetime, zone: tzinfo) -> str:
     return f"{hour.astimezone(zone):%H:%M}–{end.astimezone(zone):%H:%M}"
 
 
-def _layout(**extra) -> dict:
+def base_layout(**extra) -> dict:
+    """The boards' chart layout (margins, a horizontal legend under the plot), with ``extra`` on top."""
     layout = {
         "margin": {"l": 56, "r": 16, "t": 16, "b": 40}, "hovermode": "closest", "showlegend": True,
         "legend": {"orientation": "h", "y": -0.18}, "shapes": [], "annotations": [],
@@ -81,7 +82,8 @@ def _layout(**extra) -> dict:
     return layout
 
 
-def _note(layout: dict, text: str) -> dict:
+def with_note(layout: dict, text: str) -> dict:
+    """``layout`` with ``text`` written in the middle of the plot (an empty chart says why)."""
     layout["annotations"].append({"text": text, "xref": "paper", "yref": "paper", "x": 0.5, "y": 0.5,
                                   "showarrow": False, "font": {"size": 14, "color": "#5d6677"}})
     return layout
@@ -92,30 +94,40 @@ def timeline_figure(df: pd.DataFrame, *, day_bounds: tuple[datetime, datetime], 
     """Stacked bars of card-hours per hour and series (``df``: :func:`boards.hours.timeline`), adding up to
     the capacity of each hour; an hour still filling is hatched and says so on hover."""
     start, end = day_bounds
-    layout = _layout(barmode="stack", bargap=0.08,
+    layout = base_layout(barmode="stack", bargap=0.08,
                      xaxis={"type": "date", "range": [wall_clock(start, zone), wall_clock(end, zone)], "tickformat": "%H:%M"},
                      yaxis={"title": {"text": text.card_hours_axis}, "rangemode": "tozero"})
     if df.empty:
-        return {"data": [], "layout": _note(layout, text.no_data)}
+        return {"data": [], "layout": with_note(layout, text.no_data)}
     hours = list(df["hour"])
     widths = [(min(h.replace(minute=0, second=0, microsecond=0) + timedelta(hours=1), end) - h).total_seconds() * 1000
               for h in hours]
     x = [wall_clock(h + timedelta(milliseconds=w / 2), zone) for h, w in zip(hours, widths, strict=True)]
-    partial = [bool(p) for p in df["partial"]]
+    data = state_bars(df, x=x, labels=[_hour_span(h, end, zone) for h in hours], text=text, role=TIMELINE,
+                      width=[w * 0.92 for w in widths])
+    return {"data": data, "layout": layout}
+
+
+def state_bars(frame: pd.DataFrame, *, x: list, labels: list[str], text: BoardText, role: str,
+               width: list | None = None) -> list[dict]:
+    """One stacked bar trace per series of :data:`boards.maths.SERIES` (ticks per row of ``frame``, shown in
+    card-hours; "other teams" only where it has any), a row still filling (``partial``) hatched and saying so
+    on hover after its ``labels``."""
+    partial = [bool(p) for p in frame["partial"]]
     data = []
     for key in SERIES:
-        values = [round(int(v) / TICKS_PER_CARD_HOUR, 4) for v in df[key]]
+        values = [round(int(v) / TICKS_PER_CARD_HOUR, 4) for v in frame[key]]
         if key == OTHER_TEAMS and not any(values):
             continue
-        hover = [f"{_hour_span(h, end, zone)} · {text.label(key)} {v:.2f}" + (f" ({text.partial})" if p else "")
-                 for h, v, p in zip(hours, values, partial, strict=True)]
+        hover = [f"{label} · {text.label(key)} {v:.2f}" + (f" ({text.partial})" if p else "")
+                 for label, v, p in zip(labels, values, partial, strict=True)]
         data.append({
-            "type": "bar", "name": text.label(key), "x": x, "y": values, "width": [w * 0.92 for w in widths],
+            "type": "bar", "name": text.label(key), "x": x, "y": values, **({"width": width} if width else {}),
             "marker": {"color": COLOURS[key], "line": {"width": 0},
                        "pattern": {"shape": ["/" if p else "" for p in partial], "fgcolor": "#5d6677", "size": 6}},
-            "hovertext": hover, "hovertemplate": "%{hovertext}<extra></extra>", "meta": {"role": TIMELINE, "series": key},
+            "hovertext": hover, "hovertemplate": "%{hovertext}<extra></extra>", "meta": {"role": role, "series": key},
         })
-    return {"data": data, "layout": layout}
+    return data
 
 
 @dataclass(frozen=True)
@@ -166,8 +178,8 @@ def heatmap_figure(df: pd.DataFrame, *, zone: tzinfo = UTC, text: BoardText = Bo
     each its own colour below the utilization scale (:data:`CODES`), so an unmeasured hour never reads
     as 0 %. The hover names the GPU, the hour, the utilization or kind, the teams and the jobs."""
     if df.empty:
-        layout = _layout(xaxis={"type": "category"}, yaxis={})
-        return {"data": [], "layout": _note(layout, text.no_data)}
+        layout = base_layout(xaxis={"type": "category"}, yaxis={})
+        return {"data": [], "layout": with_note(layout, text.no_data)}
     cells = heatmap_matrix(df)
     z = np.where(cells.kinds == 0, np.round(cells.util, 1), np.nan)
     for position, kind in enumerate(CELL_KINDS[1:], start=1):
@@ -207,7 +219,7 @@ def heatmap_figure(df: pd.DataFrame, *, zone: tzinfo = UTC, text: BoardText = Bo
         "meta": {"role": HEATMAP},
     }
     row_px = 18 if len(labels) <= 48 else max(4, 900 // len(labels))
-    layout = _layout(
+    layout = base_layout(
         showlegend=False, height=max(240, 90 + row_px * len(labels)),
         xaxis={"type": "category", "showgrid": False},
         yaxis={"type": "category", "autorange": "reversed", "fixedrange": True, "showgrid": False,
@@ -242,11 +254,11 @@ def bands_figure(per_team: Mapping[int | None, Sequence[int]], *, team_names: Ma
                  text: BoardText = BoardText()) -> dict:
     """The share of allocated measured card-hours in each utilization band (pooled by GPU-hours), one bar a
     band; the hover lists each team's share of its own hours in that band."""
-    layout = _layout(showlegend=False, xaxis={"title": {"text": text.share_axis}, "range": [0, 100]},
+    layout = base_layout(showlegend=False, xaxis={"title": {"text": text.share_axis}, "range": [0, 100]},
                      yaxis={"type": "category", "autorange": "reversed"}, margin={"l": 80, "r": 16, "t": 16, "b": 48})
     total = total_bands(per_team)
     if not any(total):
-        return {"data": [], "layout": _note(layout, text.no_data)}
+        return {"data": [], "layout": with_note(layout, text.no_data)}
     shares = [float(percent(s) or 0) for s in band_shares(total)]
     team_shares = {team: band_shares(ticks) for team, ticks in per_team.items()}
     hover = []

@@ -12,9 +12,7 @@ from html import escape
 
 import pandas as pd
 
-from boards.charts import COLOURS, BoardText, wall_clock
-from boards.maths import OTHER_TEAMS, SERIES
-from core.units import TICKS_PER_CARD_HOUR
+from boards.charts import BoardText, base_layout, state_bars, wall_clock, with_note
 
 TOTAL_COLOUR, CAPACITY_COLOUR = "#1f3b73", "#b03a2e"
 MODEL_COLOURS = ("#2e9e5b", "#f0a202", "#8da0cb", "#66c2a5", "#e78ac3", "#a6d854", "#ffd92f", "#e5c494")
@@ -36,16 +34,11 @@ def held_figure(series: pd.DataFrame, *, bounds: tuple[datetime, datetime], zone
     """Lines of GPUs held per hour (one per model, and the cluster's if there is more than one model) and the
     cluster's capacity as a dashed step line."""
     start, end = bounds
-    layout = {
-        "margin": {"l": 56, "r": 16, "t": 16, "b": 40}, "hovermode": "x unified", "showlegend": True,
-        "legend": {"orientation": "h", "y": -0.18}, "annotations": [],
-        "xaxis": {"type": "date", "range": [wall_clock(start, zone), wall_clock(end, zone)]},
-        "yaxis": {"title": {"text": text.held_axis}, "rangemode": "tozero"},
-    }
+    layout = base_layout(hovermode="x unified",
+                         xaxis={"type": "date", "range": [wall_clock(start, zone), wall_clock(end, zone)]},
+                         yaxis={"title": {"text": text.held_axis}, "rangemode": "tozero"})
     if series.empty:
-        layout["annotations"].append({"text": text.no_data, "xref": "paper", "yref": "paper", "x": 0.5, "y": 0.5,
-                                      "showarrow": False, "font": {"size": 14, "color": "#5d6677"}})
-        return {"data": [], "layout": layout}
+        return {"data": [], "layout": with_note(layout, text.no_data)}
     data = []
     models = sorted(series["model"].unique())
     for index, model in enumerate(models):
@@ -113,29 +106,9 @@ def days_figure(bars: pd.DataFrame, *, text: BoardText | None = None, day_axis: 
     :attr:`boards.periods.summary.PeriodSummary.bars`), adding up to each day's capacity; a day still filling
     is hatched and says so on hover (as the daily board's timeline marks an hour)."""
     text = text or BoardText()
-    layout = {
-        "margin": {"l": 56, "r": 16, "t": 16, "b": 40}, "hovermode": "closest", "showlegend": True,
-        "legend": {"orientation": "h", "y": -0.18}, "annotations": [], "barmode": "stack", "bargap": 0.15,
-        "xaxis": {"type": "category", "title": {"text": day_axis}},
-        "yaxis": {"title": {"text": text.card_hours_axis}, "rangemode": "tozero"},
-    }
+    layout = base_layout(barmode="stack", bargap=0.15, xaxis={"type": "category", "title": {"text": day_axis}},
+                         yaxis={"title": {"text": text.card_hours_axis}, "rangemode": "tozero"})
     if bars.empty or not bars["capacity"].any():
-        layout["annotations"].append({"text": text.no_data, "xref": "paper", "yref": "paper", "x": 0.5, "y": 0.5,
-                                      "showarrow": False, "font": {"size": 14, "color": "#5d6677"}})
-        return {"data": [], "layout": layout}
+        return {"data": [], "layout": with_note(layout, text.no_data)}
     days = [d.isoformat() for d in bars["day"]]
-    partial = [bool(p) for p in bars["partial"]]
-    data = []
-    for key in SERIES:
-        values = [round(int(v) / TICKS_PER_CARD_HOUR, 4) for v in bars[key]]
-        if key == OTHER_TEAMS and not any(values):
-            continue
-        hover = [f"{d} · {text.label(key)} {v:.2f}" + (f" ({text.partial})" if p else "")
-                 for d, v, p in zip(days, values, partial, strict=True)]
-        data.append({
-            "type": "bar", "name": text.label(key), "x": days, "y": values,
-            "marker": {"color": COLOURS[key], "line": {"width": 0},
-                       "pattern": {"shape": ["/" if p else "" for p in partial], "fgcolor": "#5d6677", "size": 6}},
-            "hovertext": hover, "hovertemplate": "%{hovertext}<extra></extra>", "meta": {"role": "days", "series": key},
-        })
-    return {"data": data, "layout": layout}
+    return {"data": state_bars(bars, x=days, labels=days, text=text, role="days"), "layout": layout}
