@@ -75,6 +75,16 @@ def requested_month(text: str | None, *, now: datetime) -> date:
     return first
 
 
+def requested_csv(request, tables: tuple[str, ...], table_rule) -> tuple[str | None, str | None]:
+    """(``?format``, ``?table``): no format, or ``csv`` with one of ``tables``; :class:`BadParameter` otherwise."""
+    file_format, table = request.GET.get("format"), request.GET.get("table")
+    if file_format not in (None, "", "csv"):
+        raise BadParameter("format", FORMAT_RULE)
+    if file_format == "csv" and table not in tables:
+        raise BadParameter("table", table_rule)
+    return file_format, table
+
+
 def profile_text() -> ProfileText:
     return ProfileText(held_axis=gettext("GPUs held (concurrent)"), total=gettext("Cluster"),
                        capacity=gettext("Capacity (GPUs in service)"), partial=gettext("hour still running"),
@@ -129,11 +139,7 @@ def profile(request):
     now = timezone.now()
     try:
         month = requested_month(request.GET.get("month"), now=now)
-        file_format, table = request.GET.get("format"), request.GET.get("table")
-        if file_format not in (None, "", "csv"):
-            raise BadParameter("format", FORMAT_RULE)
-        if file_format == "csv" and table not in TABLES:
-            raise BadParameter("table", TABLE_RULE)
+        file_format, table = requested_csv(request, TABLES, TABLE_RULE)
     except BadParameter as error:
         return render(request, "boards/profile.html", {"error": error, "links": None,
                                                        "max_month": period_label(month_days(business_today(now=now))[0])},
@@ -239,11 +245,7 @@ def _period(request, kind: str):
     form = BoardFilterForm({k: v for k, v in request.GET.items() if k in FILTER_FIELDS}, now=now)
     try:
         first, last = _period_params(request, kind, now=now)
-        file_format, table = request.GET.get("format"), request.GET.get("table")
-        if file_format not in (None, "", "csv"):
-            raise BadParameter("format", FORMAT_RULE)
-        if file_format == "csv" and table not in PERIOD_TABLES:
-            raise BadParameter("table", PERIOD_TABLE_RULE)
+        file_format, table = requested_csv(request, PERIOD_TABLES, PERIOD_TABLE_RULE)
         if not form.is_valid():
             field, errors = next(iter(form.errors.items()))
             raise BadParameter(field, errors[0])
