@@ -37,6 +37,11 @@ def sees_all_teams(user) -> bool:
     return is_admin(user) or is_finance(user)
 
 
+def sees_all_teams_q() -> models.Q:
+    """:func:`sees_all_teams` as a condition on users (admin: superusers and the admin group; finance)."""
+    return models.Q(is_superuser=True) | models.Q(groups__name__in=(ADMIN_GROUP, FINANCE_GROUP))
+
+
 def role_labels(user) -> list[str]:
     """Short labels for the page header, e.g. ['admin'] or ['lead · ml-platform']."""
     labels = []

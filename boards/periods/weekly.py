@@ -24,21 +24,22 @@ from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.mail import EmailMultiAlternatives
 from django.db import IntegrityError, transaction
-from django.db.models import F, Q
+from django.db.models import Q
 from django.template.loader import render_to_string
 from django.urls import reverse
 from django.utils import timezone, translation
 from django.utils.translation import gettext as _
 
-from accounting.models import Quota, WeeklyReportOptOut, WeeklyReportSent
+from accounting.models import WeeklyReportOptOut, WeeklyReportSent
 from accounting.money.idle_ranking import IdleRow, rank_idle
 from accounting.notify.services import digest_time
-from accounting.quotas.selectors import QuotaStatus, quota_statuses
+from accounting.quotas.selectors import QuotaStatus
+from accounting.team_pages.selectors import active_quota_statuses
 from boards.periods.summary import WEEK, PeriodSummary, period_summary
 from boards.scope import BoardScope
 from core.timeutils import business_today, week_days
 from teams.models import Membership, Team
-from teams.roles import ADMIN_GROUP, FINANCE_GROUP, TeamRole, sees_all_teams
+from teams.roles import TeamRole, sees_all_teams, sees_all_teams_q
 
 log = logging.getLogger(__name__)
 TOP_IDLE = 5
@@ -82,13 +83,11 @@ def _lead_team(team: Team, summary: PeriodSummary, *, user, now: datetime) -> Le
     monday, sunday = summary.scope.span
     row = next((r for r in summary.headline.teams if r.team_id == team.pk), None)
     top, count = rank_idle(monday, sunday, user=user, team_id=team.pk, limit=TOP_IDLE)
-    quotas = (Quota.objects.filter(team=team, period_start__lte=sunday, expires__gt=sunday).select_related("gpu_model")
-              .order_by(F("gpu_model__short_name").asc(nulls_first=True), "pk"))
     return LeadTeam(
         team=team, url=f"{settings.CARDHOUR_SITE_URL}{reverse('accounting:team-detail', args=[team.slug])}",
         efficiency=row.efficiency if row else None, idle_card_hours=row.idle if row else Decimal("0.0000"),
         idle_cost=row.idle_cost if row else None, top_idle=top, idle_allocations=count,
-        quotas=quota_statuses(quotas=quotas, today=sunday, now=now),
+        quotas=active_quota_statuses(team, today=sunday, now=now),  # as the team page reads them
     )
 
 
@@ -127,7 +126,7 @@ def recipients(monday: date):
     leads = Membership.objects.filter(role=TeamRole.LEAD).values("user_id")
     return (
         get_user_model().objects.filter(is_active=True)
-        .filter(Q(pk__in=leads) | Q(is_superuser=True) | Q(groups__name__in=(ADMIN_GROUP, FINANCE_GROUP)))
+        .filter(Q(pk__in=leads) | sees_all_teams_q())
         .exclude(email="")
         .exclude(pk__in=WeeklyReportOptOut.objects.values("user_id"))
         .exclude(pk__in=WeeklyReportSent.objects.filter(week_start=monday).values("user_id"))

@@ -92,10 +92,10 @@ def booking_limits(team: Team | None) -> Limits:
 
 
 def _hold_write(write: Callable[[], None], *, attempts: int = 3) -> bool:
-    """Run ``write`` (inserting or moving holds) in a savepoint, in the writers' turn; False when another
-    writer holds the GPUs (the exclusion constraint refused). A deadlock with a writer outside these
-    services (PostgreSQL aborts one of the two) is tried again."""
-    wait_turn(HOLDS_LOCK)
+    """Run ``write`` (inserting or moving holds) in a savepoint; False when another writer holds the GPUs
+    (the exclusion constraint refused). Its callers have taken the writers' turn (:data:`HOLDS_LOCK`)
+    before reading what is free. A deadlock with a writer outside these services (PostgreSQL aborts one
+    of the two) is tried again."""
     for _attempt in range(attempts):
         try:
             with transaction.atomic():
