@@ -87,6 +87,11 @@ class QuotaStatus:
         return card_hours_from_ticks(self.remaining_ticks)
 
     @property
+    def burn_card_hours(self) -> Decimal:
+        """The forecast's burn, card-hours a day."""
+        return card_hours_from_ticks(round(self.forecast.burn_ticks_per_day))
+
+    @property
     def used_percent(self) -> Decimal:
         """Percent used, one decimal, half up."""
         scaled = self.forecast.used_fraction * 1000

@@ -5,7 +5,6 @@ from django.shortcuts import get_object_or_404, render
 from django.utils import timezone
 from django.utils.translation import gettext
 
-from accounting.quotas.rules import card_hours_from_ticks
 from accounting.team_pages import charts as team_charts
 from accounting.team_pages import selectors as team_page
 from accounting.team_pages.charts import TeamChartText
@@ -48,7 +47,6 @@ def team_detail(request, slug: str):
         label = _quota_label(status.quota)
         quotas.append({
             "status": status, "label": label, "chart_id": f"chart-burndown-{status.quota.pk}",
-            "burn_card_hours": card_hours_from_ticks(round(status.forecast.burn_ticks_per_day)),
             "chart": team_charts.burndown_figure(
                 team_page.burndown_frame(status), quota_ticks=status.quota_ticks,
                 remaining_ticks=status.remaining_ticks, burn_ticks_per_day=status.forecast.burn_ticks_per_day,
@@ -57,6 +55,7 @@ def team_detail(request, slug: str):
             ),
         })
     sees_costs = team_page.sees_team_costs(request.user, team)
+    idle_rows, idle_total = team_page.allocations_by_idle(team, window=window, user=request.user)
     return render(request, "accounting/team_detail.html", {
         "team": team,
         "memberships": memberships,
@@ -76,6 +75,5 @@ def team_detail(request, slug: str):
         "quotas": quotas,
         "sees_costs": sees_costs,
         "cost": team_page.month_to_date_cost(team, window=window, user=request.user, now=now) if sees_costs else None,
-        "idle": dict(zip(("rows", "total"), team_page.allocations_by_idle(team, window=window, user=request.user),
-                         strict=True)),
+        "idle": {"rows": idle_rows, "total": idle_total},
     })
