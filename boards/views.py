@@ -96,7 +96,7 @@ def daily_live(request):
     scope = form.scope()
     board = daily_board(scope, user=request.user, parts=LIVE_PARTS)
     zone = timezone.get_current_timezone()
-    context = {"board": board, "scope": scope}
+    context = {"board": board, "scope": scope, "head": board.headline}
     return JsonResponse({
         "computed_to": board.computed_to.isoformat(),
         "tiles_html": render_to_string("boards/_tiles.html", context, request=request),
