@@ -66,34 +66,39 @@ class HealthView:
 
 
 def node_health(scope: BoardScope) -> list[NodeHealth]:
-    nodes = Node.objects.exclude(status=NodeStatus.RETIRED).select_related("collection")
+    nodes = Node.objects.exclude(status=NodeStatus.RETIRED)
     if scope.pool is not None:
         nodes = nodes.filter(pool=scope.pool)
     if scope.node_id is not None:
         nodes = nodes.filter(pk=scope.node_id)
     if scope.gpu_model_id is not None:
         nodes = nodes.filter(gpus__model_id=scope.gpu_model_id).distinct()
-    nodes = list(nodes.annotate(missing=Count("gpus", filter=Q(gpus__status=GpuStatus.MISSING, gpus__mig_parent__isnull=True))))
-    ids = [node.pk for node in nodes]
-    gpu_node = dict(Gpu.objects.filter(node_id__in=ids).values_list("pk", "node_id"))
+    # Plain values, not model instances: a node's instance would decrypt its agent token, for nothing.
+    nodes = list(nodes.annotate(
+        missing=Count("gpus", filter=Q(gpus__status=GpuStatus.MISSING, gpus__mig_parent__isnull=True)),
+    ).values("pk", "hostname", "pool", "status", "missing", "collection__lag_s", "collection__last_success_at",
+             "collection__last_error"))
+    ids = [node["pk"] for node in nodes]
     alerts: Counter = Counter()
+    gpus = Gpu.objects.filter(node_id__in=ids)
     open_alerts = Alert.objects.open().filter(kind__in=(AlertKind.GPU_XID, AlertKind.GPU_ECC_DBE)).filter(
-        Q(subject_type=AlertSubject.GPU, subject_id__in=list(gpu_node)) | Q(subject_type=AlertSubject.NODE, subject_id__in=ids)
+        Q(subject_type=AlertSubject.GPU, subject_id__in=gpus.values("pk")) | Q(subject_type=AlertSubject.NODE, subject_id__in=ids)
     ).values_list("subject_type", "subject_id", "kind")
+    open_alerts = list(open_alerts)
+    gpu_node = dict(gpus.filter(pk__in={i for t, i, _k in open_alerts if t == AlertSubject.GPU}).values_list("pk", "node_id"))
     for subject_type, subject_id, kind in open_alerts:
         node_id = subject_id if subject_type == AlertSubject.NODE else gpu_node.get(subject_id)
         alerts[(node_id, kind)] += 1
     _cluster, complete = data_complete_to(now=scope.now)
     rows = []
     for node in nodes:
-        collection = getattr(node, "collection", None)
-        status = NodeStatus(node.status)
+        pk, status = node["pk"], NodeStatus(node["status"])
         rows.append(NodeHealth(
-            node_id=node.pk, hostname=node.hostname, pool=node.pool, status=node.status, status_label=str(status.label),
-            status_colour=status.colour, lag_s=getattr(collection, "lag_s", None),
-            last_success_at=getattr(collection, "last_success_at", None), data_complete_to=complete.get(node.pk),
-            xid_alerts=alerts[(node.pk, AlertKind.GPU_XID)], ecc_alerts=alerts[(node.pk, AlertKind.GPU_ECC_DBE)],
-            gpus_missing=node.missing, last_error=getattr(collection, "last_error", "") or "",
+            node_id=pk, hostname=node["hostname"], pool=node["pool"], status=node["status"],
+            status_label=str(status.label), status_colour=status.colour, lag_s=node["collection__lag_s"],
+            last_success_at=node["collection__last_success_at"], data_complete_to=complete.get(pk),
+            xid_alerts=alerts[(pk, AlertKind.GPU_XID)], ecc_alerts=alerts[(pk, AlertKind.GPU_ECC_DBE)],
+            gpus_missing=node["missing"], last_error=node["collection__last_error"] or "",
         ))
     rows.sort(key=lambda r: (not r.problem, r.status == NodeStatus.UP, r.hostname))
     return rows

@@ -65,13 +65,15 @@ def main(argv: list[str] | None = None) -> int:
         cwd=BASE_DIR, start_new_session=True,
     )
     manage = [sys.executable, str(BASE_DIR / "manage.py")]
+    history = [] if args.history_days is None else ["--history-days", str(args.history_days)]
     try:
         subprocess.run([*manage, "migrate", "--noinput", "-v", "0"], check=True)
         subprocess.run([*manage, "collectstatic", "--noinput", "-v", "0"], check=True)
         _wait_for_file(tokens, fleet)
         if not args.no_load:
-            history = [] if args.history_days is None else ["--history-days", str(args.history_days)]
-            subprocess.run([*manage, "load_demo", "--agents", str(tokens), *history], check=True)
+            # The last days first, so the first page is served within a minute; the older months follow in
+            # the background (the boards say so until they are in).
+            subprocess.run([*manage, "load_demo", "--agents", str(tokens), "--recent-only", *history], check=True)
     except BaseException:
         # The fleet runs in a session of its own: a failed start must not leave it serving (and holding
         # the ports and our stdout) after we exit.
@@ -94,6 +96,7 @@ def main(argv: list[str] | None = None) -> int:
     }
     processes = {"agents": fleet}
     processes.update({name: subprocess.Popen(cmd, cwd=BASE_DIR, start_new_session=True) for name, cmd in children.items()})
+    one_shot = {"history"}  # done when it exits 0; the demo goes on
     stopping = False
 
     def stop(*_args):
@@ -103,15 +106,24 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGINT, stop)
     signal.signal(signal.SIGTERM, stop)
     _wait_for_port(args.host, args.port, processes["web"])
+    if not args.no_load:  # once the web server answers: it is not kept waiting for the CPU
+        processes["history"] = subprocess.Popen([*manage, "load_demo", "--older", *history], cwd=BASE_DIR,
+                                                start_new_session=True)
     print(
         f"\nCardhour is running at http://{args.host}:{args.port}/  (Ctrl-C stops everything)\n"
         "Logins are printed above (password 'cardhour-demo' for all). The simulated agents backfill\n"
-        f"the last hours ({args.backfill}) quickly, then sample live; node pages fill as collection runs.\n",
+        f"the last hours ({args.backfill}) quickly, then sample live; node pages fill as collection runs.\n"
+        + ("" if args.no_load else "The older months of history load in the background (a few minutes; the boards say so).\n"),
         flush=True,
     )
     exit_code = 0
     while not stopping:
-        for name, process in processes.items():
+        for name, process in list(processes.items()):
+            if name in one_shot and process.poll() is not None:
+                if process.returncode:
+                    print(f"{name} exited with code {process.returncode}; the demo goes on without it.", flush=True)
+                del processes[name]
+                continue
             if process.poll() is not None:
                 print(f"{name} exited with code {process.returncode}; stopping the demo.", flush=True)
                 exit_code, stopping = 1, True

@@ -169,6 +169,7 @@ TEMPLATES = [
                 "django.contrib.messages.context_processors.messages",
                 "teams.context_processors.navigation",
                 "accounting.notify.context_processors.notifications_unread",
+                "accounting.usage.context_processors.backfill",
             ],
         },
     },

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass
+from datetime import datetime
 
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
@@ -13,14 +14,15 @@ from django.db import transaction
 from django.utils import timezone
 from django.utils.text import slugify
 
+from accounting.usage.services import backfill_done, backfill_started
 from cluster.choices import NodeStatus
-from cluster.models import Gpu, GpuModel, IdentityKind, Node, TeamIdentity
+from cluster.models import Gpu, GpuModel, IdentityKind, Job, Node, TeamIdentity
 from cluster.status.services import node_status_set
 from core.timeutils import business_today, previous_month
 from core.units import share_from_fraction
 from demo.bookings import MAINTENANCE_NODE, load_demo_bookings
-from demo.history import history_window, load_demo_history
-from demo.money import load_demo_money
+from demo.history import OLDER_PREFIX, RECENT_DAYS, history_window, load_demo_history
+from demo.money import close_last_month, load_demo_money
 from teams.models import Membership, Project, Team
 from teams.roles import ADMIN_GROUP, FINANCE_GROUP, TeamRole
 
@@ -88,13 +90,22 @@ def demo_gpu_uuid(hostname: str, index: int, mig_slot: int | None = None) -> str
     return f"{prefix}-{uuid.uuid5(UUID_NAMESPACE, key)}"
 
 
+def demo_history_days(*, now: datetime) -> int:
+    """The default history: from the first day of the month three months before this one, so three full
+    months lie behind this one (the monthly profile projects next month's need from them)."""
+    today = business_today(now=now)
+    return (today - previous_month(previous_month(previous_month(today)))).days
+
+
 @transaction.atomic
-def load_demo(*, agents: dict | None = None, history_days: int | None = None) -> list[DemoLogin]:
+def load_demo(*, agents: dict | None = None, history_days: int | None = None, recent_only: bool = False) -> list[DemoLogin]:
     """Load the data set. ``agents`` is the simulated fleet's token file (agents/fleet.py): hostname →
     {"url", "token"}; its nodes get that URL and token so the collector can pull them. ``history_days``
     business days of usage history (jobs, minute rollups, an outage) are generated before the agents'
-    backfill window (demo/history.py); None: from the first day of last month, so that last
-    month can be closed (demo/money.py) and this month is open; 0 generates none."""
+    backfill window (demo/history.py); None: :func:`demo_history_days` (three full months before this
+    one), with last month closed (demo/money.py) and this month open; 0 generates none. With
+    ``recent_only``, only the last :data:`demo.history.RECENT_DAYS` of them, and the boards say that
+    the older ones are still loading until :func:`load_demo_older` has loaded them."""
     models = {
         short: GpuModel.objects.update_or_create(name=name, defaults={"short_name": short, "memory_mib": mib})[0]
         for name, short, mib in GPU_MODELS
@@ -122,13 +133,29 @@ def load_demo(*, agents: dict | None = None, history_days: int | None = None) ->
     _load_teams_and_users()
     load_demo_bookings()
     now = timezone.now()
-    if history_days is None:
-        today = business_today(now=now)
-        history_days = (today - previous_month(today)).days
+    history_days = demo_history_days(now=now) if history_days is None else history_days
     if history_days:
-        load_demo_history(days=history_days, now=now)
-        load_demo_money(now=now, history_end=history_window(days=history_days, now=now)[1])
+        first = history_days if not recent_only else min(history_days, RECENT_DAYS)
+        load_demo_history(days=first, now=now)
+        start, end = history_window(days=history_days, now=now)
+        older = history_window(days=history_days, now=now, older_than=first)
+        if older[1] > older[0] and not Job.objects.filter(external_id__startswith=OLDER_PREFIX).exists():
+            backfill_started(start=older[0], before=older[1])
+        load_demo_money(now=now, history_start=start, history_end=end, close=first == history_days)
     return [DemoLogin(username, group or ", ".join(f"{r} of {t}" for t, r in teams)) for username, _n, group, teams in USERS]
+
+
+def load_demo_older(*, history_days: int | None = None, now: datetime | None = None) -> dict:
+    """The older part of the history that ``load_demo(recent_only=True)`` left (demo/history.py), then last
+    month's close; the boards' "still loading" notice ends with it. Idempotent."""
+    now = now or timezone.now()
+    history_days = demo_history_days(now=now) if history_days is None else history_days
+    try:
+        result = load_demo_history(days=history_days, now=now, older_than=min(history_days, RECENT_DAYS))
+        result["money"] = close_last_month(now=now)
+    finally:
+        backfill_done()
+    return result
 
 
 def _load_gpus(node: Node, model: GpuModel) -> None:

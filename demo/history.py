@@ -24,7 +24,14 @@ begins when it has the same status: so the node that load_demo put in maintenanc
 since its window began (this week's Monday, where the booking calendar draws it down). Nothing after
 the first period is touched, so the open period and the order of the history stay as they were.
 
-Idempotent: when the demo's jobs (Slurm ids ``demo-<n>``) exist, nothing is generated again; the
+Two parts (issue 15: three full months, and the first page within 60 s): ``make demo`` loads the last
+:data:`RECENT_DAYS` days before it serves (``load_demo_history(days=RECENT_DAYS)``, jobs ``demo-<n>``),
+then the older months in the background (``load_demo_history(days=…, older_than=RECENT_DAYS)``: the same
+generation over the window up to where the recent part begins, jobs ``demo-h<n>``, committed before its
+marks are aggregated, so the worker's aggregation of the live day never waits on it). Each part is drawn
+on its own; a job never crosses from one into the other.
+
+Idempotent: when a part's jobs (Slurm ids ``demo-<n>``, ``demo-h<n>``) exist, it is not generated again; the
 rollups are ``ON CONFLICT DO NOTHING`` and the status history only fills what precedes a node's first
 period, so even a partial rerun adds nothing twice. Collection state is left to the collector.
 """
@@ -74,6 +81,8 @@ from demo.workloads import (
 
 HISTORY_LAG = timedelta(hours=7)  # the agents backfill the last 6 hours
 ID_PREFIX = "demo-"
+OLDER_PREFIX = "demo-h"  # the older part's jobs (loaded in the background by `make demo`)
+RECENT_DAYS = 8  # what `make demo` loads before it serves: yesterday's board and the seven days it compares with
 SEED = 6
 MINUTE, HOUR = timedelta(minutes=1), timedelta(hours=1)
 # hostname prefix → (team slug, weight) of the jobs on its nodes
@@ -87,10 +96,13 @@ IDLE_GPU = Profile(IDLE, 0, 0.01)  # the GPUs a job holds but does not use: a CU
 OUTAGE_REASON = "demo history: the agent did not answer"
 
 
-def history_window(*, days: int, now: datetime) -> tuple[datetime, datetime]:
-    """``[start, end)`` of the history: local midnight ``days`` business days ago up to ``now - 7 h``, on the hour."""
+def history_window(*, days: int, now: datetime, older_than: int | None = None) -> tuple[datetime, datetime]:
+    """``[start, end)`` of the history: local midnight ``days`` business days ago up to ``now - 7 h``, on the
+    hour; with ``older_than``, only up to where a history of that many days begins (the older part)."""
     start = business_day_bounds(business_today(now=now) - timedelta(days=days))[0]
     end = (now.astimezone(UTC) - HISTORY_LAG).replace(minute=0, second=0, microsecond=0)
+    if older_than is not None:
+        end = min(end, history_window(days=older_than, now=now)[0])
     return start, max(start, end)
 
 
@@ -106,14 +118,29 @@ def history_incidents(*, days: int, now: datetime) -> tuple[list[tuple], list[tu
     return incidents(start=start, end=end, maintenance=_maintenance(start, now))
 
 
-@transaction.atomic
-def load_demo_history(*, days: int = 30, now: datetime | None = None) -> dict:
-    """Generate the history (see the module docstring). Returns counts and the seconds each step took."""
+def load_demo_history(*, days: int = 30, now: datetime | None = None, older_than: int | None = None) -> dict:
+    """Generate the history (see the module docstring), or with ``older_than`` its older part, and aggregate
+    it. Returns counts and the seconds each step took."""
     now = now or timezone.now()
-    start, end = history_window(days=days, now=now)
+    clock = time.perf_counter()
+    result = _generate(days=days, now=now, older_than=older_than)
+    if not result["skipped"]:
+        result["seconds"]["commit"], clock = time.perf_counter() - clock - sum(result["seconds"].values()), time.perf_counter()
+        result["usage"] = usage_process(now=now)  # the triggers marked what was inserted
+        result["seconds"]["usage"] = time.perf_counter() - clock
+    return result
+
+
+@transaction.atomic
+def _generate(*, days: int, now: datetime, older_than: int | None) -> dict:
+    start, end = history_window(days=days, now=now, older_than=older_than)
+    prefix = ID_PREFIX if older_than is None else OLDER_PREFIX
     result = {"skipped": True, "jobs": 0, "allocations": 0, "status_periods": 0, "minute_rollups": 0,
               "hour_rollups": 0, "seconds": {}}
-    if days <= 0 or end <= start or Job.objects.filter(source=JobSource.SLURM, external_id__startswith=ID_PREFIX).exists():
+    demo_jobs = Job.objects.filter(source=JobSource.SLURM)
+    demo_jobs = (demo_jobs.filter(external_id__regex=rf"^{ID_PREFIX}[0-9]+$") if older_than is None
+                 else demo_jobs.filter(external_id__startswith=OLDER_PREFIX))
+    if days <= 0 or end <= start or demo_jobs.exists():
         return result
     gpus = list(
         Gpu.objects.filter(node__hostname__regex=r"^(" + "|".join(NODE_TEAMS) + r")-\d+$", mig_parent__isnull=True)
@@ -132,8 +159,9 @@ def load_demo_history(*, days: int = 30, now: datetime | None = None) -> dict:
     seconds["status"], clock = time.perf_counter() - clock, time.perf_counter()
     holds = _holds([g.pk for g in gpus], start, end)
     slices = list(Gpu.objects.filter(mig_parent__in=gpus).select_related("node", "model").order_by("pk"))
-    plan = _plan(gpus, slices, start, end, holds, outages, long_idle_start(days=days, now=now), random.Random(SEED))
-    stored, result["allocations"] = _store_jobs(plan)
+    plan = _plan(gpus, slices, start, end, holds, outages, long_idle_start(days=days, now=now),
+                 random.Random(SEED if older_than is None else SEED + 100))
+    stored, result["allocations"] = _store_jobs(plan, prefix)
     result["jobs"] = len(stored)
     seconds["jobs"], clock = time.perf_counter() - clock, time.perf_counter()
     physical = {g.pk for g in gpus}
@@ -148,9 +176,7 @@ def load_demo_history(*, days: int = 30, now: datetime | None = None) -> dict:
                                               start=start)
     seconds["minute_rollups"], clock = time.perf_counter() - clock, time.perf_counter()
     result["hour_rollups"] = insert_hours([g.pk for g in gpus], start=start, end=end)
-    seconds["hour_rollups"], clock = time.perf_counter() - clock, time.perf_counter()
-    result["usage"] = usage_process(now=now)
-    seconds["usage"] = time.perf_counter() - clock
+    seconds["hour_rollups"] = time.perf_counter() - clock
     return result
 
 
@@ -232,8 +258,8 @@ def _plan(gpus: list[Gpu], slices: list[Gpu], start: datetime, end: datetime, ho
     return sorted(plan, key=lambda job: (job.start, job.host, job.gpus))
 
 
-def _store_jobs(plan: list[PlannedJob]) -> tuple[list[tuple[int, PlannedJob]], int]:
-    """Jobs ``demo-1``, ``demo-2``, … in start order, their users, teams and projects from the demo's unix
+def _store_jobs(plan: list[PlannedJob], prefix: str) -> tuple[list[tuple[int, PlannedJob]], int]:
+    """Jobs ``<prefix>1``, ``<prefix>2``, … in start order, their users, teams and projects from the demo's unix
     users (TeamIdentity), and their allocations. Returns the jobs stored, as (n, planned job), and the
     number of allocations."""
     users: dict[str, list] = {}
@@ -246,7 +272,7 @@ def _store_jobs(plan: list[PlannedJob]) -> tuple[list[tuple[int, PlannedJob]], i
             continue
         identity = rng.choice(users[planned.team])
         job = Job(
-            source=JobSource.SLURM, external_id=f"{ID_PREFIX}{n}", name=planned.name, user=identity.name,
+            source=JobSource.SLURM, external_id=f"{prefix}{n}", name=planned.name, user=identity.name,
             team=identity.team, project_id=identity.project_id, account=planned.team, partition=planned.pool,
             priority=rng.randrange(1000, 5000), gpu_count=planned.count.quantize(Decimal("0.001")),
             gpu_model_id=planned.model_id, state=planned.state, node_list=planned.host,

@@ -1,6 +1,7 @@
-"""The demo's money: rate cards (a price change in the middle of last month), quotas (one team close to
-its quota this month), and last month closed. Loaded after the usage history (demo/history.py);
-idempotent."""
+"""The demo's money: rate cards (from the history's first month, with a price change in the middle of last
+month), quotas (one team close to its quota this month), and last month closed. Loaded after the usage
+history (demo/history.py); where ``make demo`` loads the older months in the background, last month is
+closed when they are in (``close=False`` first, then :func:`close_last_month`). Idempotent."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from accounting.money.close import CloseRefused, close_period
 from accounting.quotas.watch import quota_alerts
 from accounting.usage.states import ALLOCATED_STATES
 from cluster.models import CollectionState, GpuModel, Node
-from core.timeutils import business_today, month_days, previous_month
+from core.timeutils import business_day_of, business_today, month_days, previous_month
 from core.units import TICKS_PER_CARD_HOUR
 from teams.models import Team
 
@@ -26,17 +27,26 @@ PRICES = {"H200": (Decimal("28.00"), Decimal("26.00")), "H100": (Decimal("20.00"
 QUOTAS = {"llm": (None, Decimal("1.09")), "vision": ("H100", Decimal("1.9")), "inference": (None, Decimal("4"))}
 
 
-def load_demo_money(*, now: datetime | None = None, history_end: datetime | None = None) -> dict:
+def load_demo_money(*, now: datetime | None = None, history_end: datetime | None = None,
+                    history_start: datetime | None = None, close: bool = True) -> dict:
     now = now or timezone.now()
     this_month = month_days(business_today(now=now))[0]
     last_month = previous_month(this_month)
-    _rate_cards(last_month)
+    first_month = month_days(business_day_of(history_start))[0] if history_start is not None else last_month
+    _rate_cards(min(first_month, last_month), last_month)
     _quotas(this_month, now)
     if history_end is not None:
         # The history is generated: its data is complete to where it ends; the collector takes over from there.
         for node in Node.objects.filter(collection__isnull=True):
             CollectionState.objects.create(node=node, data_complete_to=history_end)
     quota_alerts(now=now)  # the lead of a team near its quota sees the warning at once
+    return close_last_month(now=now) if close else {"closed": None, "refused": []}
+
+
+def close_last_month(*, now: datetime | None = None) -> dict:
+    """Close last month (once): finance's first statement."""
+    now = now or timezone.now()
+    last_month = previous_month(month_days(business_today(now=now))[0])
     closed = None
     if not Statement.objects.filter(period=last_month, status=StatementStatus.CLOSED).exists():
         try:
@@ -46,7 +56,7 @@ def load_demo_money(*, now: datetime | None = None, history_end: datetime | None
     return {"closed": closed.pk if closed else None, "refused": []}
 
 
-def _rate_cards(last_month: date) -> None:
+def _rate_cards(first_month: date, last_month: date) -> None:
     change = last_month.replace(day=15)
     for model in GpuModel.objects.filter(short_name__in=PRICES):
         if RateCard.objects.filter(gpu_model=model).exists():
@@ -54,9 +64,9 @@ def _rate_cards(last_month: date) -> None:
         before, after = PRICES[model.short_name]
         currency = settings.CARDHOUR_CURRENCY
         if before == after:
-            RateCard.objects.create(gpu_model=model, valid_from=last_month, price_per_card_hour=before, currency=currency)
+            RateCard.objects.create(gpu_model=model, valid_from=first_month, price_per_card_hour=before, currency=currency)
             continue
-        RateCard.objects.create(gpu_model=model, valid_from=last_month, valid_until=change, price_per_card_hour=before,
+        RateCard.objects.create(gpu_model=model, valid_from=first_month, valid_until=change, price_per_card_hour=before,
                                 currency=currency)
         RateCard.objects.create(gpu_model=model, valid_from=change, price_per_card_hour=after, currency=currency)
 

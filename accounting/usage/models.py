@@ -110,6 +110,11 @@ class UsageAggregateState(models.Model):
 
     id = models.PositiveSmallIntegerField(primary_key=True, default=1)
     aggregated_to = models.DateTimeField(null=True, blank=True, help_text=_("The 'now' of the last complete run."))
+    backfill_from = models.DateTimeField(null=True, blank=True, help_text=_(
+        "While older history is being loaded (the demo's older months, or an operator's backfill): where it "
+        "begins. Empty when none is loading."))
+    backfill_before = models.DateTimeField(null=True, blank=True, help_text=_(
+        "…and where it ends: figures from before this moment are incomplete until it is done."))
 
     class Meta:
         verbose_name = _("usage aggregation state")

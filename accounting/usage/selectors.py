@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
-from datetime import datetime
+from dataclasses import dataclass
+from datetime import date, datetime, timedelta
 
 from django.utils import timezone
 
+from accounting.usage.models import UsageAggregateState
 from cluster.choices import NodeStatus
 from cluster.models import Node
 from cluster.telemetry.rollups import rollup_watermark
+from core.timeutils import business_day_of
 
 
 def data_complete_to(*, now: datetime | None = None) -> tuple[datetime | None, dict[int, datetime | None]]:
@@ -19,15 +22,33 @@ def data_complete_to(*, now: datetime | None = None) -> tuple[datetime | None, d
     now = now or timezone.now()
     rolled_up_to = rollup_watermark(now=now)
     per_node: dict[int, datetime | None] = {}
-    nodes = Node.objects.exclude(status=NodeStatus.RETIRED).select_related("collection")
-    for node in nodes:
-        collected = getattr(getattr(node, "collection", None), "data_complete_to", None)
-        if node.status in NodeStatus.down():
-            per_node[node.pk] = now
+    down = NodeStatus.down()
+    nodes = Node.objects.exclude(status=NodeStatus.RETIRED).values_list("pk", "status", "collection__data_complete_to")
+    for pk, status, collected in nodes:  # plain values: a thousand nodes would cost a model instance each
+        if status in down:
+            per_node[pk] = now
         elif collected is None:
-            per_node[node.pk] = None
+            per_node[pk] = None
         else:
-            per_node[node.pk] = min(collected, rolled_up_to)
+            per_node[pk] = min(collected, rolled_up_to)
     values = list(per_node.values())
     cluster = None if not values or any(v is None for v in values) else min(values)
     return cluster, per_node
+
+
+@dataclass(frozen=True)
+class Backfill:
+    """Older history being loaded (:func:`accounting.usage.services.backfill_started`): figures of the
+    business days ``first`` to ``last`` are incomplete until it is done."""
+
+    first: date
+    last: date
+
+
+def backfill_in_progress() -> Backfill | None:
+    """The history still loading, or None (one query by primary key)."""
+    row = UsageAggregateState.objects.filter(id=1, backfill_from__isnull=False, backfill_before__isnull=False).values_list(
+        "backfill_from", "backfill_before").first()
+    if row is None:
+        return None
+    return Backfill(first=business_day_of(row[0]), last=business_day_of(row[1] - timedelta(microseconds=1)))

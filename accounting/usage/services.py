@@ -272,3 +272,13 @@ def _aggregate_isolated(*, day: date, now: datetime, gpu_ids: Sequence[int] | No
             failures.failed(day=day, gpu_id=None, error=error)
         else:
             failures.succeeded(day=day, gpu_ids=[], unplaced=True)
+
+
+def backfill_started(*, start: datetime, before: datetime) -> None:
+    """Say that history from ``start`` to ``before`` is being loaded: the boards show that its days are
+    incomplete (:func:`accounting.usage.selectors.backfill_in_progress`) until :func:`backfill_done`."""
+    UsageAggregateState.objects.update_or_create(id=1, defaults={"backfill_from": start, "backfill_before": before})
+
+
+def backfill_done() -> None:
+    UsageAggregateState.objects.filter(id=1).update(backfill_from=None, backfill_before=None)

@@ -11,6 +11,7 @@ from decimal import Decimal
 
 import pytest
 import time_machine
+from django.contrib.auth import get_user_model
 from django.db import connection
 from django.db.models import Count, Max, Sum
 from django.db.models.functions import TruncHour
@@ -19,7 +20,7 @@ from accounting.models import DailyUnplacedUsage, DailyUsage
 from accounting.usage.report import usage_report
 from accounting.usage.states import STATES
 from cluster.models import Allocation, Gpu, GpuHold, HoldKind, HourRollup, Job, MinuteRollup, NodeStatusPeriod
-from core.timeutils import business_day_bounds, business_today
+from core.timeutils import business_day_bounds, business_day_of, business_today
 from demo.cluster import UNIX_USERS, load_demo
 from demo.history import HISTORY_LAG, history_incidents, history_window, load_demo_history
 
@@ -151,3 +152,38 @@ def test_loading_twice_adds_nothing(shanghai):
     load_demo(history_days=DAYS)
     assert [model.objects.count() for model in tables] == counts
     assert load_demo_history(days=DAYS)["skipped"]
+
+
+def test_make_demo_loads_the_last_days_first_and_the_older_ones_after_saying_so(shanghai, monkeypatch, client):
+    """`make demo` serves after the last days are in (``recent_only``); the boards say the rest is loading
+    until ``load_demo_older`` has loaded it (jobs ``demo-h<n>``, all before the recent part begins)."""
+    from accounting.usage.selectors import backfill_in_progress
+    from demo.cluster import load_demo_older
+
+    monkeypatch.setattr("demo.cluster.RECENT_DAYS", 1)
+    load_demo(history_days=3, recent_only=True)
+    start, end = history_window(days=3, now=NOW)
+    recent_start = history_window(days=1, now=NOW)[0]
+    loading = backfill_in_progress()
+    assert (loading.first, loading.last) == (business_day_of(start), business_day_of(recent_start) - timedelta(days=1))
+    assert not DailyUsage.objects.filter(day__lt=loading.last).exists()
+    assert not Job.objects.filter(external_id__startswith="demo-h").exists()
+    client.force_login(get_user_model().objects.get(username="admin"))
+    page = client.get("/", {"date": str(loading.last)})
+    assert page.status_code == 200
+    assert "Older history is still loading" in page.content.decode()
+
+    result = load_demo_older(history_days=3, now=NOW)
+    assert not result["skipped"] and result["jobs"] > 0
+    assert backfill_in_progress() is None
+    older = Job.objects.filter(external_id__startswith="demo-h")
+    assert older.count() == result["jobs"]
+    assert all(start <= job.start_time and job.end_time <= recent_start for job in older)
+    recent = Job.objects.filter(external_id__regex=r"^demo-[0-9]+$")
+    assert recent.exists() and all(job.start_time >= recent_start for job in recent)
+    days = set(DailyUsage.objects.values_list("day", flat=True))
+    assert days == {business_today(now=NOW) - timedelta(days=n) for n in range(4)}
+    assert "Older history is still loading" not in client.get("/", {"date": str(loading.last)}).content.decode()
+    counts = [model.objects.count() for model in (Job, MinuteRollup, DailyUsage)]
+    assert load_demo_older(history_days=3, now=NOW)["skipped"]
+    assert [model.objects.count() for model in (Job, MinuteRollup, DailyUsage)] == counts
