@@ -162,7 +162,7 @@ def test_make_demo_loads_the_last_days_first_and_the_older_ones_after_saying_so(
 
     monkeypatch.setattr("demo.cluster.RECENT_DAYS", 1)
     load_demo(history_days=3, recent_only=True)
-    start, end = history_window(days=3, now=NOW)
+    start, _end = history_window(days=3, now=NOW)
     recent_start = history_window(days=1, now=NOW)[0]
     loading = backfill_in_progress()
     assert (loading.first, loading.last) == (business_day_of(start), business_day_of(recent_start) - timedelta(days=1))
