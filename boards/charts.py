@@ -188,10 +188,12 @@ def heatmap_figure(df: pd.DataFrame, *, zone: tzinfo = UTC, text: BoardText = Bo
     util_rows = cells.util[cells.rows, cells.cols]
     labels_of_kind = [text.label(kind) if kind != MEASURED else "" for kind in CELL_KINDS]
     partial = f" ({text.partial})"
-    said: dict[tuple, str] = {}  # GPU-hours share a few sets of teams and holders: each written once
+    # GPU-hours share a few lists of teams and holders (boards.hours: one list object per distinct value),
+    # so each is written once, found by the lists' identities (both stay alive in ``df`` meanwhile).
+    said: dict[tuple[int, int], str] = {}
 
     def holding(teams, holders) -> str:
-        key = (*teams, None, *holders[:3])
+        key = (id(teams), id(holders))
         line = said.get(key)
         if line is None:
             line = said[key] = "<br>" + escape(", ".join(teams) or text.no_holder, quote=False) + (

@@ -19,6 +19,7 @@ from datetime import date, timedelta
 
 import numpy as np
 from django.conf import settings
+from django.db import connection
 from django.db.models import Count, Max, Min, Q, Sum
 
 from accounting.models import DailyHolderUsage, DailyUsage
@@ -31,6 +32,14 @@ from cluster.models import Gpu, MinuteRollup
 from teams.selectors import visible_team_ids
 
 LOOKBACK_DAYS = 92
+# The candidates' days back to the lookback: busy, resting (idle + unallocated) and all ticks per GPU-day.
+_HISTORY_SQL = f"""
+    SELECT gpu_id, day, coalesce(sum(ticks) FILTER (WHERE state = %(busy)s), 0),
+           coalesce(sum(ticks) FILTER (WHERE state = ANY(%(resting)s)), 0), sum(ticks)
+    FROM {DailyUsage._meta.db_table}
+    WHERE gpu_id = ANY(%(gpus)s) AND day >= %(first)s AND day <= %(last)s
+    GROUP BY gpu_id, day
+"""  # noqa: S608 (the table name from model metadata; values are bound)
 
 
 @dataclass(frozen=True)
@@ -82,8 +91,10 @@ def long_idle(scope: BoardScope, *, user, min_days: int | None = None) -> list[L
         return []
     first = scope.day - timedelta(days=LOOKBACK_DAYS - 1)
     history: dict[int, dict[date, DayOfGpu]] = defaultdict(dict)
-    rows = (DailyUsage.objects.filter(gpu_id__in=candidates, day__gte=first, day__lte=scope.day)
-            .values_list("gpu_id", "day").annotate(**_resting_sums()).order_by())
+    with connection.cursor() as cursor:  # plain tuples: thousands of GPU-days, no ORM converters per row
+        cursor.execute(_HISTORY_SQL, {"gpus": candidates, "first": first, "last": scope.day, "busy": BUSY,
+                                      "resting": [IDLE, UNALLOCATED]})
+        rows = cursor.fetchall()
     for gpu, day, busy, resting, total in rows:
         history[gpu][day] = DayOfGpu(busy=busy, resting=resting, other=total - busy - resting)
     runs = {}

@@ -198,9 +198,9 @@ def test_the_query_count_does_not_grow_with_the_cluster(month, frozen, client, l
     client.force_login(lead_a)
     client.get("/board/profile/", {"month": "2026-10"})  # warm the session
     # session and user 2, the profile 6, the need 4, the page's navigation 3
-    with django_assert_num_queries(15):
+    with django_assert_num_queries(16):
         assert client.get("/board/profile/", {"month": "2026-10"}).status_code == 200
     more = make_gpus(20, month["l40s"], "more")
     store([(hour, gpu, "busy", None, HOUR) for hour in list(hours_of(OCTOBER))[:24] for gpu in more])
-    with django_assert_num_queries(15):
+    with django_assert_num_queries(16):
         assert client.get("/board/profile/", {"month": "2026-10"}).status_code == 200
