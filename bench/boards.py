@@ -12,8 +12,8 @@ What the board reads is filled as the workers leave it:
   for two hours), its hour rollups computed from them, ~3,000 job allocations of 20 teams, two node
   bookings and a few unplaced jobs, then ``aggregate_day`` writes its daily, hourly and holders' usage;
 - the 29 days before it are **copies**, not aggregations: the day's ``DailyUsage``, ``HourlyUsage``,
-  ``DailyHolderUsage`` and ``DailyUnplacedUsage`` rows are copied with ``INSERT … SELECT`` shifting
-  ``day`` (and ``hour``, by whole days), because aggregating 30 days of 1,000 GPUs would take most of
+  ``DailyHolderUsage``, ``DailyUnplacedUsage``, ``HourlyModelUsage`` and ``HourlyModelCapacity`` rows are
+  copied with ``INSERT … SELECT`` shifting ``day`` (and ``hour``, by whole days), because aggregating 30 days of 1,000 GPUs would take most of
   the run. Their hour rollups are generated directly (a rhythm per GPU-hour); minute rollups exist for
   the board's day only (the board reads no other day's minutes);
 - a rate card for the GPU model, quotas for five teams, each node's collection state, and the
@@ -45,6 +45,8 @@ from accounting.models import (
     DailyHolderUsage,
     DailyUnplacedUsage,
     DailyUsage,
+    HourlyModelCapacity,
+    HourlyModelUsage,
     HourlyUsage,
     Quota,
     RateCard,
@@ -235,7 +237,8 @@ def _history(day: date, days: int, gpu_ids, node_ids, teams, projects, now, *, a
     aggregate_day(day=day, now=now)
     stage("aggregate_day")
     with connection.cursor() as cursor:
-        for aggregate in (DailyUsage, HourlyUsage, DailyHolderUsage, DailyUnplacedUsage):
+        for aggregate in (DailyUsage, HourlyUsage, DailyHolderUsage, DailyUnplacedUsage, HourlyModelUsage,
+                          HourlyModelCapacity):
             cursor.execute(_copy_sql(aggregate), {"day": day, "back": aggregate_days - 1})
         stage(f"copies to {aggregate_days - 1} days")
     RateCard.objects.filter(gpu_model=model).delete()
@@ -249,7 +252,8 @@ def _history(day: date, days: int, gpu_ids, node_ids, teams, projects, now, *, a
         ignore_conflicts=True)
     UsageAggregateState.objects.update_or_create(id=1, defaults={"aggregated_to": now})
     with connection.cursor() as cursor:
-        for table in (MINUTE_ROLLUP, HOUR_ROLLUP, DAILY_USAGE, HOURLY_USAGE, DAILY_HOLDER_USAGE, DAILY_UNPLACED_USAGE):
+        for table in (MINUTE_ROLLUP, HOUR_ROLLUP, DAILY_USAGE, HOURLY_USAGE, DAILY_HOLDER_USAGE, DAILY_UNPLACED_USAGE,
+                      HourlyModelUsage._meta.db_table, HourlyModelCapacity._meta.db_table):
             cursor.execute(f"ANALYZE {table}")
     stage("rates, quotas, ANALYZE")
     return {**made, "minute_rollups": minute_rollups, "stages_s": stages,

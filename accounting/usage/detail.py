@@ -1,7 +1,8 @@
 """Writes of the daily board's tables (issue 14): a business day's hourly usage and its holders' usage,
 computed by :func:`accounting.usage.services.aggregate_day` in the same pass as the daily usage. A day of
 1,000 GPUs is ~100 k hourly rows, so they go in by COPY (the rows are new: the caller deleted the old
-ones in the same transaction)."""
+ones in the same transaction). Then the day's hourly usage summed by GPU model (:func:`write_model_hours`),
+which the monthly profile reads (issue 15)."""
 
 from __future__ import annotations
 
@@ -10,10 +11,26 @@ from datetime import UTC, date, datetime
 
 from django.db import connection
 
-from accounting.models import DailyHolderUsage, HourlyUsage
+from accounting.models import DailyHolderUsage, HourlyModelCapacity, HourlyModelUsage, HourlyUsage
+from cluster.models import Gpu
 
 HOURLY_USAGE = HourlyUsage._meta.db_table
 DAILY_HOLDER_USAGE = DailyHolderUsage._meta.db_table
+_MODEL_TABLES = {"hourly": HOURLY_USAGE, "gpu": Gpu._meta.db_table, "model_usage": HourlyModelUsage._meta.db_table,
+                 "capacity": HourlyModelCapacity._meta.db_table}
+# One statement each over the day's hourly rows (~100 k at 1,000 GPUs): a GROUP BY, no row reaches Python.
+_MODEL_HOURS_SQL = [
+    "DELETE FROM {model_usage} WHERE day = %(day)s",
+    "DELETE FROM {capacity} WHERE day = %(day)s",
+    """INSERT INTO {model_usage} (day, hour, gpu_model_id, state, team_id, ticks)
+       SELECT h.day, h.hour, g.model_id, h.state, h.team_id, sum(h.ticks)
+       FROM {hourly} h JOIN {gpu} g ON g.id = h.gpu_id WHERE h.day = %(day)s
+       GROUP BY h.day, h.hour, g.model_id, h.state, h.team_id""",
+    """INSERT INTO {capacity} (day, hour, gpu_model_id, gpus)
+       SELECT h.day, h.hour, g.model_id, count(DISTINCT h.gpu_id) FILTER (WHERE g.mig_parent_id IS NULL)
+       FROM {hourly} h JOIN {gpu} g ON g.id = h.gpu_id WHERE h.day = %(day)s
+       GROUP BY h.day, h.hour, g.model_id""",
+]
 
 
 def write_hourly(*, day: date, hourly: Counter) -> int:
@@ -25,6 +42,14 @@ def write_hourly(*, day: date, hourly: Counter) -> int:
             moment = hours.get(hour) or hours.setdefault(hour, datetime.fromtimestamp(hour, UTC).isoformat())
             rows.append((day, moment, gpu_id, state, team_id, ticks))
     return _copy(HOURLY_USAGE, ("day", "hour", "gpu_id", "state", "team_id", "ticks"), rows)
+
+
+def write_model_hours(*, day: date) -> None:
+    """Rewrite ``day``'s hourly usage by GPU model and its GPUs in service per hour and model from the
+    day's hourly usage as it now stands (whatever GPUs were just recomputed)."""
+    with connection.cursor() as cursor:
+        for sql in _MODEL_HOURS_SQL:
+            cursor.execute(sql.format(**_MODEL_TABLES), {"day": day})
 
 
 def write_holders(*, day: date, holders: Counter) -> int:

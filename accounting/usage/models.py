@@ -246,3 +246,51 @@ class DailyHolderUsage(models.Model):
     def __str__(self) -> str:
         holder = f"job {self.job_id}" if self.job_id else f"booking {self.booking_id}"
         return f"{self.day} gpu {self.gpu_id} {holder} {self.state} {self.ticks}"
+
+
+class HourlyModelUsage(models.Model):
+    """The hourly usage summed over GPUs by GPU model (issue 15: the monthly profile reads a month of it
+    instead of a row per GPU-hour): per day, hour, model, state and team, the sum of the day's
+    ``HourlyUsage`` (its GPUs in service are :class:`HourlyModelCapacity`). Rewritten for the whole day each
+    time the day is aggregated (``accounting.usage.detail.write_model_hours``)."""
+
+    day = models.DateField(_("day"))
+    hour = models.DateTimeField(_("hour"))
+    gpu_model = models.ForeignKey("cluster.GpuModel", on_delete=models.PROTECT, related_name="+",
+                                  verbose_name=_("GPU model"), db_index=False)
+    state = models.CharField(_("state"), max_length=16, choices=UsageState.choices)
+    team = models.ForeignKey("teams.Team", on_delete=models.PROTECT, null=True, blank=True, related_name="+",
+                             verbose_name=_("team"), db_index=False)
+    ticks = models.BigIntegerField(_("ticks"))
+
+    class Meta:
+        verbose_name = _("hourly usage by GPU model")
+        verbose_name_plural = _("hourly usage by GPU model")
+        constraints = [
+            models.UniqueConstraint(fields=["day", "hour", "gpu_model", "state", "team"], nulls_distinct=False,
+                                    name="hourly_model_usage_one_row"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.hour:%Y-%m-%d %H:%M} model {self.gpu_model_id} {self.state} {self.ticks}"
+
+
+class HourlyModelCapacity(models.Model):
+    """The whole GPUs (no MIG slice) of a model with usage rows in an hour of a business day: its GPUs in
+    service then. Rewritten with :class:`HourlyModelUsage`."""
+
+    day = models.DateField(_("day"))
+    hour = models.DateTimeField(_("hour"))
+    gpu_model = models.ForeignKey("cluster.GpuModel", on_delete=models.PROTECT, related_name="+",
+                                  verbose_name=_("GPU model"), db_index=False)
+    gpus = models.PositiveIntegerField(_("GPUs"))
+
+    class Meta:
+        verbose_name = _("hourly GPUs in service by model")
+        verbose_name_plural = _("hourly GPUs in service by model")
+        constraints = [
+            models.UniqueConstraint(fields=["day", "hour", "gpu_model"], name="hourly_model_capacity_one_row"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.hour:%Y-%m-%d %H:%M} model {self.gpu_model_id} {self.gpus} GPUs"

@@ -29,11 +29,11 @@ from decimal import Decimal
 from fractions import Fraction
 
 import pandas as pd
-from django.db.models import Count, Q, Sum
+from django.db.models import Max, Q, Sum
 from django.db.models.functions import TruncHour, TruncMonth
 from django.utils import timezone
 
-from accounting.models import DailyUnplacedUsage, DailyUsage, HourlyUsage
+from accounting.models import DailyUnplacedUsage, HourlyModelCapacity, HourlyModelUsage
 from accounting.usage.figures import row_figures
 from accounting.usage.states import ALLOCATED_STATES, BUSY, UNMEASURED
 from boards.periods.projection import MONTHS_NEEDED, Projection, project_next_month, to_decimal
@@ -111,29 +111,36 @@ def _row(key, name: str, *, peak_ticks: int, ticks: Counter, seconds: Fraction, 
 
 
 def month_profile(month: date, *, now: datetime | None = None) -> MonthProfile:
-    """The profile of the business month holding ``month`` (see the module docstring). Six queries."""
+    """The profile of the business month holding ``month`` (see the module docstring). Seven queries, over
+    the hourly usage summed by GPU model (``HourlyModelUsage``: rows per hour, model, state and team, not
+    per GPU)."""
     now = now or timezone.now()
     first, following = month_days(month)
     start, end = month_bounds(first)
     seconds = Fraction(int((min(max(now, start), end) - start).total_seconds()))
     days = Q(day__gte=first, day__lt=following)
 
-    # 1. per UTC hour and model: allocated ticks, every state's ticks, whole GPUs in service
-    by_hour_model = list(
-        HourlyUsage.objects.filter(days).annotate(utc_hour=TruncHour("hour", tzinfo=UTC))
-        .values_list("utc_hour", "gpu__model_id")
-        .annotate(held=Sum("ticks", filter=ALLOCATED, default=0), total=Sum("ticks"),
-                  gpus=Count("gpu", distinct=True, filter=Q(gpu__mig_parent__isnull=True)))
-        .order_by("utc_hour", "gpu__model_id")
+    # 1. per UTC hour and model: allocated ticks, every state's ticks; 2. whole GPUs in service (the hour's
+    # two parts where a business day begins inside it: the larger); from the hourly usage summed by model.
+    by_hour = (HourlyModelUsage.objects.filter(days).annotate(utc_hour=TruncHour("hour", tzinfo=UTC))
+               .values_list("utc_hour", "gpu_model_id")
+               .annotate(held=Sum("ticks", filter=ALLOCATED, default=0), total=Sum("ticks"))
+               .order_by("utc_hour", "gpu_model_id"))
+    in_service = dict(
+        ((hour, model_id), gpus) for hour, model_id, gpus in
+        HourlyModelCapacity.objects.filter(days).annotate(utc_hour=TruncHour("hour", tzinfo=UTC))
+        .values_list("utc_hour", "gpu_model_id").annotate(most=Max("gpus")).order_by()
     )
-    # 2. per UTC hour and team: allocated ticks
+    by_hour_model = [(hour, model_id, held, total, in_service.get((hour, model_id), 0))
+                     for hour, model_id, held, total in by_hour]
+    # 3. per UTC hour and team: allocated ticks
     by_hour_team = (
-        HourlyUsage.objects.filter(days, ALLOCATED, team__isnull=False)
+        HourlyModelUsage.objects.filter(days, ALLOCATED, team__isnull=False)
         .annotate(utc_hour=TruncHour("hour", tzinfo=UTC))
         .values_list("utc_hour", "team_id").annotate(held=Sum("ticks")).order_by()
     )
-    # 3. and 4. card-hours per model, team and state, placed and unplaced
-    placed = (DailyUsage.objects.filter(days, ALLOCATED).values_list("gpu__model_id", "team_id", "state")
+    # 4. and 5. card-hours per model, team and state, placed (the hours add up to the days) and unplaced
+    placed = (HourlyModelUsage.objects.filter(days, ALLOCATED).values_list("gpu_model_id", "team_id", "state")
               .annotate(ticks=Sum("ticks")).order_by())
     unplaced = (DailyUnplacedUsage.objects.filter(days).values_list("gpu_model_id", "team_id")
                 .annotate(ticks=Sum("ticks")).order_by())
@@ -244,11 +251,11 @@ def next_month_need(*, now: datetime | None = None) -> Need:
     candidates.pop()
     seconds = {m: Fraction(int((month_bounds(m)[1] - month_bounds(m)[0]).total_seconds())) for m in candidates}
     days = Q(day__gte=candidates[0], day__lt=projected)
-    by_model = (DailyUsage.objects.filter(days).annotate(month=TruncMonth("day"))
-                .values_list("month", "gpu__model_id")
+    summed = HourlyModelUsage.objects.filter(days).annotate(month=TruncMonth("day"))  # the days' hours, by model
+    by_model = (summed.values_list("month", "gpu_model_id")
                 .annotate(held=Sum("ticks", filter=ALLOCATED, default=0), total=Sum("ticks")).order_by())
-    by_team = (DailyUsage.objects.filter(days, ALLOCATED, team__isnull=False).annotate(month=TruncMonth("day"))
-               .values_list("month", "team_id").annotate(held=Sum("ticks")).order_by())
+    by_team = (summed.filter(ALLOCATED, team__isnull=False).values_list("month", "team_id")
+               .annotate(held=Sum("ticks")).order_by())
     model_held: dict[int, Counter] = defaultdict(Counter)
     model_total: dict[int, Counter] = defaultdict(Counter)
     for month, model_id, held, total in by_model:

@@ -13,6 +13,7 @@ import pytest
 import time_machine
 
 from accounting.models import DailyUnplacedUsage, DailyUsage, HourlyUsage
+from accounting.usage.detail import write_model_hours
 from boards.periods.profile import month_profile, next_month_need
 from cluster.models import Gpu, GpuModel, Node
 from core.units import TICKS_PER_CARD_HOUR
@@ -40,6 +41,8 @@ def store(rows: list[tuple]) -> None:
         daily[(hour.date(), gpu, state, team)] += ticks
     DailyUsage.objects.bulk_create([DailyUsage(day=day, gpu=gpu, state=state, team=team, ticks=ticks)
                                     for (day, gpu, state, team), ticks in daily.items()])
+    for day in {day for day, _gpu, _state, _team in daily}:
+        write_model_hours(day=day)  # as aggregate_day does after writing a day's hourly usage
 
 
 def hours_of(month: date):
@@ -116,8 +119,8 @@ def test_next_months_need_follows_the_trend_of_three_full_months(team_a):
     (gpu,) = make_gpus(1, h200, "h")
     for month, held in ((date(2026, 8, 1), 1), (date(2026, 9, 1), 2), (date(2026, 10, 1), 3)):
         hours = len(list(hours_of(month)))
-        DailyUsage.objects.create(day=month, gpu=gpu, state="busy", team=team_a, ticks=held * hours * HOUR)
-        DailyUsage.objects.create(day=month, gpu=gpu, state="unallocated", ticks=(5 - held) * hours * HOUR)
+        first = datetime(month.year, month.month, 1, tzinfo=UTC)  # the month's ticks in its first hour's rows
+        store([(first, gpu, "busy", team_a, held * hours * HOUR), (first, gpu, "unallocated", None, (5 - held) * hours * HOUR)])
     need = next_month_need(now=NOW)
     assert need.months == [date(2026, 8, 1), date(2026, 9, 1), date(2026, 10, 1)]
     for row in (need.total, *need.models, *need.teams):
@@ -198,9 +201,9 @@ def test_the_query_count_does_not_grow_with_the_cluster(month, frozen, client, l
     client.force_login(lead_a)
     client.get("/board/profile/", {"month": "2026-10"})  # warm the session
     # session and user 2, the profile 6, the need 4, the page's navigation 3
-    with django_assert_num_queries(16):
+    with django_assert_num_queries(17):
         assert client.get("/board/profile/", {"month": "2026-10"}).status_code == 200
     more = make_gpus(20, month["l40s"], "more")
     store([(hour, gpu, "busy", None, HOUR) for hour in list(hours_of(OCTOBER))[:24] for gpu in more])
-    with django_assert_num_queries(16):
+    with django_assert_num_queries(17):
         assert client.get("/board/profile/", {"month": "2026-10"}).status_code == 200

@@ -8,7 +8,14 @@ from datetime import UTC, date, datetime, timedelta
 import pytest
 from django.conf import settings
 
-from accounting.models import DailyHolderUsage, DailyUnplacedUsage, DailyUsage, HourlyUsage
+from accounting.models import (
+    DailyHolderUsage,
+    DailyUnplacedUsage,
+    DailyUsage,
+    HourlyModelCapacity,
+    HourlyModelUsage,
+    HourlyUsage,
+)
 from accounting.usage.services import aggregate_day, usage_recompute
 from cluster.models import Allocation, GpuHold, Job, MinuteRollup
 from tests.accounting.usage.usage_day import DAY, GPU, NOW, at, job
@@ -150,3 +157,34 @@ def test_a_day_starting_inside_an_hour(day, settings):
     assert len(hours) == 25
     assert hourly_by_team(kolkata_day) == daily_by_team(kolkata_day)
     check_holders_add_up(kolkata_day)
+
+
+def by_model_from_gpu_hours(day=DAY) -> tuple[Counter, Counter]:
+    """The day's hourly usage summed by GPU model here, and its whole GPUs with rows per hour and model."""
+    usage, gpus = Counter(), {}
+    for hour, model_id, state, team_id, ticks, gpu_id, parent in HourlyUsage.objects.filter(day=day).values_list(
+            "hour", "gpu__model", "state", "team", "ticks", "gpu", "gpu__mig_parent"):
+        usage[(hour, model_id, state, team_id)] += ticks
+        if parent is None:
+            gpus.setdefault((hour, model_id), set()).add(gpu_id)
+    return usage, Counter({key: len(ids) for key, ids in gpus.items()})
+
+
+def stored_by_model(day=DAY) -> tuple[Counter, Counter]:
+    usage = Counter({(h, m, s, t): ticks for h, m, s, t, ticks in HourlyModelUsage.objects.filter(day=day).values_list(
+        "hour", "gpu_model", "state", "team", "ticks")})
+    gpus = Counter({(h, m): n for h, m, n in HourlyModelCapacity.objects.filter(day=day).values_list("hour", "gpu_model", "gpus")})
+    return usage, gpus
+
+
+def test_the_hours_by_gpu_model_are_the_gpu_hours_summed_after_every_recompute(day, team_a):
+    """What the monthly profile reads (issue 15) is the day's hourly usage summed by model, also after a
+    recompute of one GPU (its rows are rewritten for the whole day, not only that GPU's share)."""
+    aggregate_day(day=DAY, now=NOW)
+    usage, gpus = stored_by_model()
+    assert usage and usage == by_model_from_gpu_hours()[0] and gpus == by_model_from_gpu_hours()[1]
+    assert sum(usage.values()) == sum(daily_by_team().values())
+    job(team_a, day["g2"], 8, 9, name="a-late")
+    aggregate_day(day=DAY, now=NOW, gpu_ids=[day["g2"].pk], unplaced=False)
+    assert stored_by_model() == by_model_from_gpu_hours()
+    assert stored_by_model()[0] != usage  # the new job moved ticks from unallocated to team A
