@@ -26,6 +26,8 @@ from accounting.notify.models import (
 from accounting.usage.models import (
     DailyEnergy,
     DailyHolderUsage,
+    DailyModelCapacity,
+    DailyModelUsage,
     DailyUnplacedUsage,
     DailyUsage,
     HourlyModelCapacity,
@@ -40,6 +42,8 @@ __all__ = [
     "ChargePolicy",
     "DailyEnergy",
     "DailyHolderUsage",
+    "DailyModelCapacity",
+    "DailyModelUsage",
     "DailyUnplacedUsage",
     "DailyUsage",
     "DeliveryStatus",

@@ -12,7 +12,7 @@ What the board reads is filled as the workers leave it:
   for two hours), its hour rollups computed from them, ~3,000 job allocations of 20 teams, two node
   bookings and a few unplaced jobs, then ``aggregate_day`` writes its daily, hourly and holders' usage;
 - the 29 days before it are **copies**, not aggregations: the day's ``DailyUsage``, ``HourlyUsage``,
-  ``DailyHolderUsage``, ``DailyUnplacedUsage``, ``HourlyModelUsage`` and ``HourlyModelCapacity`` rows are
+  ``DailyHolderUsage``, ``DailyUnplacedUsage`` and the four sums by GPU model (``HourlyModelUsage``, …) are
   copied with ``INSERT … SELECT`` shifting ``day`` (and ``hour``, by whole days), because aggregating 30 days of 1,000 GPUs would take most of
   the run. Their hour rollups are generated directly (a rhythm per GPU-hour); minute rollups exist for
   the board's day only (the board reads no other day's minutes);
@@ -43,6 +43,8 @@ from django.utils import timezone
 
 from accounting.models import (
     DailyHolderUsage,
+    DailyModelCapacity,
+    DailyModelUsage,
     DailyUnplacedUsage,
     DailyUsage,
     HourlyModelCapacity,
@@ -237,8 +239,8 @@ def _history(day: date, days: int, gpu_ids, node_ids, teams, projects, now, *, a
     aggregate_day(day=day, now=now)
     stage("aggregate_day")
     with connection.cursor() as cursor:
-        for aggregate in (DailyUsage, HourlyUsage, DailyHolderUsage, DailyUnplacedUsage, HourlyModelUsage,
-                          HourlyModelCapacity):
+        for aggregate in (DailyUsage, HourlyUsage, DailyHolderUsage, DailyUnplacedUsage, HourlyModelUsage, DailyModelUsage,
+                          HourlyModelCapacity, DailyModelCapacity):
             cursor.execute(_copy_sql(aggregate), {"day": day, "back": aggregate_days - 1})
         stage(f"copies to {aggregate_days - 1} days")
     RateCard.objects.filter(gpu_model=model).delete()
@@ -253,7 +255,8 @@ def _history(day: date, days: int, gpu_ids, node_ids, teams, projects, now, *, a
     UsageAggregateState.objects.update_or_create(id=1, defaults={"aggregated_to": now})
     with connection.cursor() as cursor:
         for table in (MINUTE_ROLLUP, HOUR_ROLLUP, DAILY_USAGE, HOURLY_USAGE, DAILY_HOLDER_USAGE, DAILY_UNPLACED_USAGE,
-                      HourlyModelUsage._meta.db_table, HourlyModelCapacity._meta.db_table):
+                      HourlyModelUsage._meta.db_table, HourlyModelCapacity._meta.db_table,
+                      DailyModelUsage._meta.db_table, DailyModelCapacity._meta.db_table):
             cursor.execute(f"ANALYZE {table}")
     stage("rates, quotas, ANALYZE")
     return {**made, "minute_rollups": minute_rollups, "stages_s": stages,

@@ -26,9 +26,9 @@ from datetime import date, timedelta
 from decimal import Decimal
 
 from django.conf import settings
-from django.db.models import Count, Sum
+from django.db.models import Count, Q, Sum
 
-from accounting.models import DailyUnplacedUsage, DailyUsage
+from accounting.models import DailyModelCapacity, DailyModelUsage, DailyUnplacedUsage, DailyUsage
 from accounting.money.close import current_policy, rate_cards
 from accounting.money.pricing import Rate, line_amount, lines_of, price_usage, rate_on, team_totals
 from accounting.money.statements import cost_team_ids
@@ -137,10 +137,17 @@ def _read_days(scope: BoardScope) -> _Read:
     allocated ticks per (day, team, project, model, state) for pricing. Three queries, whatever the span."""
     read = _Read()
     first, last = scope.span
-    rows = (
-        DailyUsage.objects.filter(scope.gpu_q(), day__gte=scope.compared_from, day__lte=last)
-        .values_list("day", "state", "team_id", "project_id", "gpu__model_id").annotate(total=Sum("ticks")).order_by()
-    )
+    days = Q(day__gte=scope.compared_from, day__lte=last)
+    if scope.narrowed_to_gpus:  # a pool or a node: the GPUs' own rows
+        rows = (DailyUsage.objects.filter(scope.gpu_q(), days)
+                .values_list("day", "state", "team_id", "project_id", "gpu__model_id").annotate(total=Sum("ticks")))
+        counts = DailyUsage.objects.filter(scope.gpu_q(), days).values_list("day").annotate(gpus=Count("gpu", distinct=True))
+    else:  # the same sums kept by GPU model (accounting.usage.detail.write_model_hours): a row per model, not per GPU
+        by_model = Q(gpu_model_id=scope.gpu_model_id) if scope.gpu_model_id is not None else Q()
+        rows = (DailyModelUsage.objects.filter(days, by_model)
+                .values_list("day", "state", "team_id", "project_id", "gpu_model_id").annotate(total=Sum("ticks")))
+        counts = DailyModelCapacity.objects.filter(days, by_model).values_list("day").annotate(gpus=Sum("gpus"))
+    rows = rows.order_by()
     for day, state, team_id, project_id, model_id, total in rows:
         entry = read.days[day]
         other = scope.team_id is not None and state in ALLOCATED_STATES and team_id != scope.team_id
@@ -154,11 +161,7 @@ def _read_days(scope: BoardScope) -> _Read:
                 read.model_ticks[(model_id, state)] += total
             if team_id is not None:
                 read.priced[(day, team_id, project_id, model_id, state)] += total
-    counts = (
-        DailyUsage.objects.filter(scope.gpu_q(), day__gte=scope.compared_from, day__lte=last)
-        .values_list("day").annotate(gpus=Count("gpu", distinct=True)).order_by()
-    )
-    for day, gpus in counts:
+    for day, gpus in counts.order_by():
         read.days[day].gpus = gpus
     if not scope.narrowed_to_gpus:
         query = DailyUnplacedUsage.objects.filter(day__gte=first, day__lte=last)

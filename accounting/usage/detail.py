@@ -1,8 +1,8 @@
 """Writes of the daily board's tables (issue 14): a business day's hourly usage and its holders' usage,
 computed by :func:`accounting.usage.services.aggregate_day` in the same pass as the daily usage. A day of
 1,000 GPUs is ~100 k hourly rows, so they go in by COPY (the rows are new: the caller deleted the old
-ones in the same transaction). Then the day's hourly usage summed by GPU model (:func:`write_model_hours`),
-which the monthly profile reads (issue 15)."""
+ones in the same transaction). Then the day's hourly and daily usage summed by GPU model (:func:`write_model_hours`),
+which the monthly profile and the boards' tiles read (issue 15)."""
 
 from __future__ import annotations
 
@@ -11,13 +11,22 @@ from datetime import UTC, date, datetime
 
 from django.db import connection
 
-from accounting.models import DailyHolderUsage, HourlyModelCapacity, HourlyModelUsage, HourlyUsage
+from accounting.models import (
+    DailyHolderUsage,
+    DailyModelCapacity,
+    DailyModelUsage,
+    DailyUsage,
+    HourlyModelCapacity,
+    HourlyModelUsage,
+    HourlyUsage,
+)
 from cluster.models import Gpu
 
 HOURLY_USAGE = HourlyUsage._meta.db_table
 DAILY_HOLDER_USAGE = DailyHolderUsage._meta.db_table
 _MODEL_TABLES = {"hourly": HOURLY_USAGE, "gpu": Gpu._meta.db_table, "model_usage": HourlyModelUsage._meta.db_table,
-                 "capacity": HourlyModelCapacity._meta.db_table}
+                 "capacity": HourlyModelCapacity._meta.db_table, "daily": DailyUsage._meta.db_table,
+                 "daily_model": DailyModelUsage._meta.db_table, "daily_capacity": DailyModelCapacity._meta.db_table}
 # One statement each over the day's hourly rows (~100 k at 1,000 GPUs): a GROUP BY, no row reaches Python.
 _MODEL_HOURS_SQL = [
     "DELETE FROM {model_usage} WHERE day = %(day)s",
@@ -30,6 +39,16 @@ _MODEL_HOURS_SQL = [
        SELECT h.day, h.hour, g.model_id, count(DISTINCT h.gpu_id) FILTER (WHERE g.mig_parent_id IS NULL)
        FROM {hourly} h JOIN {gpu} g ON g.id = h.gpu_id WHERE h.day = %(day)s
        GROUP BY h.day, h.hour, g.model_id""",
+    "DELETE FROM {daily_model} WHERE day = %(day)s",
+    "DELETE FROM {daily_capacity} WHERE day = %(day)s",
+    """INSERT INTO {daily_model} (day, gpu_model_id, state, team_id, project_id, ticks)
+       SELECT d.day, g.model_id, d.state, d.team_id, d.project_id, sum(d.ticks)
+       FROM {daily} d JOIN {gpu} g ON g.id = d.gpu_id WHERE d.day = %(day)s
+       GROUP BY d.day, g.model_id, d.state, d.team_id, d.project_id""",
+    """INSERT INTO {daily_capacity} (day, gpu_model_id, gpus)
+       SELECT d.day, g.model_id, count(DISTINCT d.gpu_id)
+       FROM {daily} d JOIN {gpu} g ON g.id = d.gpu_id WHERE d.day = %(day)s
+       GROUP BY d.day, g.model_id""",
 ]
 
 
@@ -45,8 +64,9 @@ def write_hourly(*, day: date, hourly: Counter) -> int:
 
 
 def write_model_hours(*, day: date) -> None:
-    """Rewrite ``day``'s hourly usage by GPU model and its GPUs in service per hour and model from the
-    day's hourly usage as it now stands (whatever GPUs were just recomputed)."""
+    """Rewrite ``day``'s hourly and daily usage by GPU model and its GPUs in service per hour and model and
+    per day and model, from the day's hourly and daily usage as they now stand (whatever GPUs were just
+    recomputed)."""
     with connection.cursor() as cursor:
         for sql in _MODEL_HOURS_SQL:
             cursor.execute(sql.format(**_MODEL_TABLES), {"day": day})

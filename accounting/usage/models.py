@@ -294,3 +294,47 @@ class HourlyModelCapacity(models.Model):
 
     def __str__(self) -> str:
         return f"{self.hour:%Y-%m-%d %H:%M} model {self.gpu_model_id} {self.gpus} GPUs"
+
+
+class DailyModelUsage(models.Model):
+    """The daily usage summed over GPUs by GPU model: per day, model, state, team and project, the sum of the
+    day's ``DailyUsage``. The boards' tiles and the week and month views read it where no pool or node
+    narrows them (issue 15). Rewritten with :class:`HourlyModelUsage`."""
+
+    day = models.DateField(_("day"))
+    gpu_model = models.ForeignKey("cluster.GpuModel", on_delete=models.PROTECT, related_name="+",
+                                  verbose_name=_("GPU model"), db_index=False)
+    state = models.CharField(_("state"), max_length=16, choices=UsageState.choices)
+    team = models.ForeignKey("teams.Team", on_delete=models.PROTECT, null=True, blank=True, related_name="+",
+                             verbose_name=_("team"), db_index=False)
+    project = models.ForeignKey("teams.Project", on_delete=models.PROTECT, null=True, blank=True, related_name="+",
+                                verbose_name=_("project"), db_index=False)
+    ticks = models.BigIntegerField(_("ticks"))
+
+    class Meta:
+        verbose_name = _("daily usage by GPU model")
+        verbose_name_plural = _("daily usage by GPU model")
+        constraints = [
+            models.UniqueConstraint(fields=["day", "gpu_model", "state", "team", "project"], nulls_distinct=False,
+                                    name="daily_model_usage_one_row"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.day} model {self.gpu_model_id} {self.state} {self.ticks}"
+
+
+class DailyModelCapacity(models.Model):
+    """The GPUs of a model with daily usage on a business day (its GPUs in service that day)."""
+
+    day = models.DateField(_("day"))
+    gpu_model = models.ForeignKey("cluster.GpuModel", on_delete=models.PROTECT, related_name="+",
+                                  verbose_name=_("GPU model"), db_index=False)
+    gpus = models.PositiveIntegerField(_("GPUs"))
+
+    class Meta:
+        verbose_name = _("daily GPUs in service by model")
+        verbose_name_plural = _("daily GPUs in service by model")
+        constraints = [models.UniqueConstraint(fields=["day", "gpu_model"], name="daily_model_capacity_one_row")]
+
+    def __str__(self) -> str:
+        return f"{self.day} model {self.gpu_model_id} {self.gpus} GPUs"

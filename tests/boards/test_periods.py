@@ -17,6 +17,7 @@ from django.test.utils import CaptureQueriesContext
 
 from accounting.models import DailyHolderUsage, DailyUnplacedUsage, DailyUsage
 from accounting.money.pricing import line_amount
+from accounting.usage.detail import write_model_hours
 from accounting.usage.states import BUSY, IDLE
 from boards.figures import headline, span_headline
 from boards.maths import SERIES, card_hours_by_state
@@ -54,6 +55,7 @@ def copy_day(to: date, *, swap_busy_idle: bool = False) -> None:
                            ticks=r.ticks)
         for r in DailyUnplacedUsage.objects.filter(day=DAY)
     ])
+    write_model_hours(day=to)  # as aggregate_day does after writing a day
 
 
 @pytest.fixture
@@ -285,6 +287,8 @@ def resting_gpus(count: int, hostname: str) -> None:
         gpu = Gpu.objects.create(node=node, index=index, uuid=f"{hostname}-{index}", model=model, memory_mib=1)
         DailyUsage.objects.bulk_create([DailyUsage(day=MONDAY + timedelta(days=n), gpu=gpu, state="unallocated",
                                                    ticks=840_000 * 86_400) for n in range(7)])
+    for n in range(7):
+        write_model_hours(day=MONDAY + timedelta(days=n))
 
 
 @pytest.mark.parametrize(("path", "params"), [("/board/week/", {"week": "2026-11-02"}),

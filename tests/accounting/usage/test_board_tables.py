@@ -10,6 +10,8 @@ from django.conf import settings
 
 from accounting.models import (
     DailyHolderUsage,
+    DailyModelCapacity,
+    DailyModelUsage,
     DailyUnplacedUsage,
     DailyUsage,
     HourlyModelCapacity,
@@ -177,8 +179,23 @@ def stored_by_model(day=DAY) -> tuple[Counter, Counter]:
     return usage, gpus
 
 
+def daily_by_model_from_gpus(day=DAY) -> tuple[Counter, Counter]:
+    usage, gpus = Counter(), {}
+    for model_id, state, team_id, project_id, ticks, gpu_id in DailyUsage.objects.filter(day=day).values_list(
+            "gpu__model", "state", "team", "project", "ticks", "gpu"):
+        usage[(model_id, state, team_id, project_id)] += ticks
+        gpus.setdefault(model_id, set()).add(gpu_id)
+    return usage, Counter({model_id: len(ids) for model_id, ids in gpus.items()})
+
+
+def daily_stored_by_model(day=DAY) -> tuple[Counter, Counter]:
+    usage = Counter({(m, s, t, p): ticks for m, s, t, p, ticks in DailyModelUsage.objects.filter(day=day).values_list(
+        "gpu_model", "state", "team", "project", "ticks")})
+    return usage, Counter(dict(DailyModelCapacity.objects.filter(day=day).values_list("gpu_model", "gpus")))
+
+
 def test_the_hours_by_gpu_model_are_the_gpu_hours_summed_after_every_recompute(day, team_a):
-    """What the monthly profile reads (issue 15) is the day's hourly usage summed by model, also after a
+    """What the monthly profile and the boards' tiles read (issue 15) is the day's usage summed by model, also after a
     recompute of one GPU (its rows are rewritten for the whole day, not only that GPU's share)."""
     aggregate_day(day=DAY, now=NOW)
     usage, gpus = stored_by_model()
@@ -188,3 +205,6 @@ def test_the_hours_by_gpu_model_are_the_gpu_hours_summed_after_every_recompute(d
     aggregate_day(day=DAY, now=NOW, gpu_ids=[day["g2"].pk], unplaced=False)
     assert stored_by_model() == by_model_from_gpu_hours()
     assert stored_by_model()[0] != usage  # the new job moved ticks from unallocated to team A
+    daily = daily_stored_by_model()
+    assert daily[0] and daily == daily_by_model_from_gpus()
+    assert sum(daily[1].values()) == DailyUsage.objects.filter(day=DAY).values("gpu").distinct().count()
