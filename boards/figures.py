@@ -142,7 +142,7 @@ def _read_days(scope: BoardScope) -> _Read:
         rows = (DailyUsage.objects.filter(scope.gpu_q(), days)
                 .values_list("day", "state", "team_id", "project_id", "gpu__model_id").annotate(total=Sum("ticks")))
         counts = DailyUsage.objects.filter(scope.gpu_q(), days).values_list("day").annotate(gpus=Count("gpu", distinct=True))
-    else:  # the same sums kept by GPU model (accounting.usage.detail.write_model_hours): a row per model, not per GPU
+    else:  # the same sums kept by GPU model (accounting.usage.detail.write_model_sums): a row per model, not per GPU
         by_model = Q(gpu_model_id=scope.gpu_model_id) if scope.gpu_model_id is not None else Q()
         rows = (DailyModelUsage.objects.filter(days, by_model)
                 .values_list("day", "state", "team_id", "project_id", "gpu_model_id").annotate(total=Sum("ticks")))

@@ -96,7 +96,6 @@ def main(argv: list[str] | None = None) -> int:
     }
     processes = {"agents": fleet}
     processes.update({name: subprocess.Popen(cmd, cwd=BASE_DIR, start_new_session=True) for name, cmd in children.items()})
-    one_shot = {"history"}  # done when it exits 0; the demo goes on
     stopping = False
 
     def stop(*_args):
@@ -119,7 +118,7 @@ def main(argv: list[str] | None = None) -> int:
     exit_code = 0
     while not stopping:
         for name, process in list(processes.items()):
-            if name in one_shot and process.poll() is not None:
+            if name == "history" and process.poll() is not None:  # a one-shot loader: the demo goes on
                 if process.returncode:
                     print(f"{name} exited with code {process.returncode}; the demo goes on without it.", flush=True)
                 del processes[name]

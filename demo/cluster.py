@@ -16,12 +16,12 @@ from django.utils.text import slugify
 
 from accounting.usage.services import backfill_done, backfill_started
 from cluster.choices import NodeStatus
-from cluster.models import Gpu, GpuModel, IdentityKind, Job, Node, TeamIdentity
+from cluster.models import Gpu, GpuModel, IdentityKind, Node, TeamIdentity
 from cluster.status.services import node_status_set
 from core.timeutils import business_today, previous_month
 from core.units import share_from_fraction
 from demo.bookings import MAINTENANCE_NODE, load_demo_bookings
-from demo.history import OLDER_PREFIX, RECENT_DAYS, history_window, load_demo_history
+from demo.history import RECENT_DAYS, history_window, load_demo_history, part_loaded
 from demo.money import close_last_month, load_demo_money
 from teams.models import Membership, Project, Team
 from teams.roles import ADMIN_GROUP, FINANCE_GROUP, TeamRole
@@ -139,7 +139,7 @@ def load_demo(*, agents: dict | None = None, history_days: int | None = None, re
         load_demo_history(days=first, now=now)
         start, end = history_window(days=history_days, now=now)
         older = history_window(days=history_days, now=now, older_than=first)
-        if older[1] > older[0] and not Job.objects.filter(external_id__startswith=OLDER_PREFIX).exists():
+        if older[1] > older[0] and not part_loaded(older=True):
             backfill_started(start=older[0], before=older[1])
         load_demo_money(now=now, history_start=start, history_end=end, close=first == history_days)
     return [DemoLogin(username, group or ", ".join(f"{r} of {t}" for t, r in teams)) for username, _n, group, teams in USERS]

@@ -131,16 +131,21 @@ def load_demo_history(*, days: int = 30, now: datetime | None = None, older_than
     return result
 
 
+def part_loaded(*, older: bool) -> bool:
+    """Whether the recent part's jobs (``demo-<n>``) or, with ``older``, the older part's (``demo-h<n>``) exist."""
+    jobs = Job.objects.filter(source=JobSource.SLURM)
+    if older:
+        return jobs.filter(external_id__startswith=OLDER_PREFIX).exists()
+    return jobs.filter(external_id__regex=rf"^{ID_PREFIX}[0-9]+$").exists()
+
+
 @transaction.atomic
 def _generate(*, days: int, now: datetime, older_than: int | None) -> dict:
     start, end = history_window(days=days, now=now, older_than=older_than)
     prefix = ID_PREFIX if older_than is None else OLDER_PREFIX
     result = {"skipped": True, "jobs": 0, "allocations": 0, "status_periods": 0, "minute_rollups": 0,
               "hour_rollups": 0, "seconds": {}}
-    demo_jobs = Job.objects.filter(source=JobSource.SLURM)
-    demo_jobs = (demo_jobs.filter(external_id__regex=rf"^{ID_PREFIX}[0-9]+$") if older_than is None
-                 else demo_jobs.filter(external_id__startswith=OLDER_PREFIX))
-    if days <= 0 or end <= start or demo_jobs.exists():
+    if days <= 0 or end <= start or part_loaded(older=older_than is not None):
         return result
     gpus = list(
         Gpu.objects.filter(node__hostname__regex=r"^(" + "|".join(NODE_TEAMS) + r")-\d+$", mig_parent__isnull=True)

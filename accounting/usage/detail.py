@@ -1,7 +1,7 @@
 """Writes of the daily board's tables (issue 14): a business day's hourly usage and its holders' usage,
 computed by :func:`accounting.usage.services.aggregate_day` in the same pass as the daily usage. A day of
 1,000 GPUs is ~100 k hourly rows, so they go in by COPY (the rows are new: the caller deleted the old
-ones in the same transaction). Then the day's hourly and daily usage summed by GPU model (:func:`write_model_hours`),
+ones in the same transaction). Then the day's hourly and daily usage summed by GPU model (:func:`write_model_sums`),
 which the monthly profile and the boards' tiles read (issue 15)."""
 
 from __future__ import annotations
@@ -63,7 +63,7 @@ def write_hourly(*, day: date, hourly: Counter) -> int:
     return _copy(HOURLY_USAGE, ("day", "hour", "gpu_id", "state", "team_id", "ticks"), rows)
 
 
-def write_model_hours(*, day: date) -> None:
+def write_model_sums(*, day: date) -> None:
     """Rewrite ``day``'s hourly and daily usage by GPU model and its GPUs in service per hour and model and
     per day and model, from the day's hourly and daily usage as they now stand (whatever GPUs were just
     recomputed)."""

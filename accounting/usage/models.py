@@ -252,7 +252,7 @@ class HourlyModelUsage(models.Model):
     """The hourly usage summed over GPUs by GPU model (issue 15: the monthly profile reads a month of it
     instead of a row per GPU-hour): per day, hour, model, state and team, the sum of the day's
     ``HourlyUsage`` (its GPUs in service are :class:`HourlyModelCapacity`). Rewritten for the whole day each
-    time the day is aggregated (``accounting.usage.detail.write_model_hours``)."""
+    time the day is aggregated (``accounting.usage.detail.write_model_sums``)."""
 
     day = models.DateField(_("day"))
     hour = models.DateTimeField(_("hour"))

@@ -31,7 +31,7 @@ from accounting.models import (
     UsageAggregateState,
     UsageDirty,
 )
-from accounting.usage.detail import write_holders, write_hourly, write_model_hours
+from accounting.usage.detail import write_holders, write_hourly, write_model_sums
 from accounting.usage.failures import UsageFailures
 from accounting.usage.inputs import counted_allocations, gpu_windows, physical_gpus
 from accounting.usage.states import UNMEASURED, settle_claims, split_detail, split_energy, split_states
@@ -145,7 +145,7 @@ def aggregate_day(*, day: date, now: datetime, gpu_ids: Sequence[int] | None = N
         batch_size=5000,
     )
     written = len(usage) + write_hourly(day=day, hourly=hourly)
-    write_model_hours(day=day)
+    write_model_sums(day=day)
     if unplaced:
         DailyUnplacedUsage.objects.filter(day=day).delete()
         DailyHolderUsage.objects.filter(day=day, gpu__isnull=True).delete()

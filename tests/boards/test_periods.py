@@ -17,7 +17,7 @@ from django.test.utils import CaptureQueriesContext
 
 from accounting.models import DailyHolderUsage, DailyUnplacedUsage, DailyUsage
 from accounting.money.pricing import line_amount
-from accounting.usage.detail import write_model_hours
+from accounting.usage.detail import write_model_sums
 from accounting.usage.states import BUSY, IDLE
 from boards.figures import headline, span_headline
 from boards.maths import SERIES, card_hours_by_state
@@ -55,7 +55,7 @@ def copy_day(to: date, *, swap_busy_idle: bool = False) -> None:
                            ticks=r.ticks)
         for r in DailyUnplacedUsage.objects.filter(day=DAY)
     ])
-    write_model_hours(day=to)  # as aggregate_day does after writing a day
+    write_model_sums(day=to)  # as aggregate_day does after writing a day
 
 
 @pytest.fixture
@@ -288,7 +288,7 @@ def resting_gpus(count: int, hostname: str) -> None:
         DailyUsage.objects.bulk_create([DailyUsage(day=MONDAY + timedelta(days=n), gpu=gpu, state="unallocated",
                                                    ticks=840_000 * 86_400) for n in range(7)])
     for n in range(7):
-        write_model_hours(day=MONDAY + timedelta(days=n))
+        write_model_sums(day=MONDAY + timedelta(days=n))
 
 
 @pytest.mark.parametrize(("path", "params"), [("/board/week/", {"week": "2026-11-02"}),

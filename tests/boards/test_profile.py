@@ -13,7 +13,7 @@ import pytest
 import time_machine
 
 from accounting.models import DailyUnplacedUsage, DailyUsage, HourlyUsage
-from accounting.usage.detail import write_model_hours
+from accounting.usage.detail import write_model_sums
 from boards.periods.profile import month_profile, next_month_need
 from cluster.models import Gpu, GpuModel, Node
 from core.units import TICKS_PER_CARD_HOUR
@@ -42,7 +42,7 @@ def store(rows: list[tuple]) -> None:
     DailyUsage.objects.bulk_create([DailyUsage(day=day, gpu=gpu, state=state, team=team, ticks=ticks)
                                     for (day, gpu, state, team), ticks in daily.items()])
     for day in {day for day, _gpu, _state, _team in daily}:
-        write_model_hours(day=day)  # as aggregate_day does after writing a day's hourly usage
+        write_model_sums(day=day)  # as aggregate_day does after writing a day's hourly usage
 
 
 def hours_of(month: date):

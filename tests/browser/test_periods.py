@@ -6,7 +6,7 @@ from datetime import timedelta
 from playwright.sync_api import expect
 
 from accounting.models import DailyUsage
-from accounting.usage.detail import write_model_hours
+from accounting.usage.detail import write_model_sums
 from cluster.models import Gpu
 from core.timeutils import business_day_of
 from core.units import TICKS_PER_CARD_HOUR
@@ -27,7 +27,7 @@ def last_week(team_a, team_b, small_cluster):
                  DailyUsage(day=day, gpu=g1, state="unallocated", ticks=20 * TICKS_PER_CARD_HOUR)]
     DailyUsage.objects.bulk_create(rows)
     for n in range(7):
-        write_model_hours(day=monday + timedelta(days=n))  # as aggregate_day does after writing a day
+        write_model_sums(day=monday + timedelta(days=n))  # as aggregate_day does after writing a day
     return monday
 
 

@@ -6,7 +6,7 @@ from datetime import UTC, datetime, timedelta
 from playwright.sync_api import expect
 
 from accounting.models import DailyUsage, HourlyUsage
-from accounting.usage.detail import write_model_hours
+from accounting.usage.detail import write_model_sums
 from cluster.models import Gpu
 from core.units import TICKS_PER_CARD_HOUR
 
@@ -31,7 +31,7 @@ def october(team_a, team_b, small_cluster):
     DailyUsage.objects.bulk_create([DailyUsage(day=day, gpu_id=gpu, state=state, team_id=team, ticks=ticks)
                                     for (day, gpu, state, team), ticks in daily.items()])
     for day in {day for day, _gpu, _state, _team in daily}:
-        write_model_hours(day=day)  # as aggregate_day does after writing a day's hourly usage
+        write_model_sums(day=day)  # as aggregate_day does after writing a day's hourly usage
 
 
 def test_a_lead_and_finance_see_the_profile_and_download_its_chart(page, live_server, login, screenshot, lead_a,
