@@ -5,6 +5,10 @@ agent's own counters (spool, drops, errors).
 dcgm-exporter labels a series ``gpu`` (index), ``UUID``, ``device`` (``nvidia<index>``),
 ``modelName`` and ``Hostname``; a MIG instance's series carry its parent's labels plus
 ``GPU_I_PROFILE`` and ``GPU_I_ID``. A null field has no series (DCGM leaves out what it cannot read).
+
+The GPM fields (agents/records.py) go out under dcgm-exporter's profiling names, scaled as DCGM
+scales them: the percentages as ratios 0–1 (``DCGM_FI_PROF_SM_ACTIVE`` = ``sm_active`` ÷ 100), the
+NVLink and PCIe rates in bytes per second (``DCGM_FI_PROF_PCIE_RX_BYTES`` = ``pcie_rx_mibs`` × 2²⁰).
 """
 
 from __future__ import annotations
@@ -13,6 +17,18 @@ import threading
 from typing import Any
 
 from agents.records import Record
+
+MIB = 1 << 20
+
+
+def _ratio(name: str):
+    """A record percentage (0–100) as DCGM's ratio (0–1); None stays None."""
+    return lambda r, t: None if r.get(name) is None else round(r[name] / 100, 6)
+
+
+def _bytes_per_s(name: str):
+    """A record rate in MiB/s as DCGM's bytes per second; None stays None."""
+    return lambda r, t: None if r.get(name) is None else round(r[name] * MIB)
 
 # (name, type, help, how to get the value from a record and the running totals)
 _DCGM = (
@@ -39,6 +55,22 @@ _DCGM = (
         "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", "counter",
         "Double-bit volatile ECC errors since the agent started.", lambda r, t: t.get("ecc_dbe"),
     ),
+    # NVML GPM, over the latest sample interval
+    ("DCGM_FI_PROF_SM_ACTIVE", "gauge", "Ratio of SM cycles with at least one warp resident (0-1).",
+     _ratio("sm_active")),
+    ("DCGM_FI_PROF_SM_OCCUPANCY", "gauge", "Ratio of resident warps to the most the SMs hold (0-1).",
+     _ratio("sm_occupancy")),
+    ("DCGM_FI_PROF_PIPE_TENSOR_ACTIVE", "gauge", "Ratio of cycles any tensor pipe is active (0-1).",
+     _ratio("tensor_active")),
+    ("DCGM_FI_PROF_DRAM_ACTIVE", "gauge", "Ratio of device memory bandwidth used to its peak (0-1).",
+     _ratio("dram_active")),
+    ("DCGM_FI_PROF_PIPE_FP64_ACTIVE", "gauge", "Ratio of cycles the FP64 pipe is active (0-1).", _ratio("fp64_active")),
+    ("DCGM_FI_PROF_PIPE_FP32_ACTIVE", "gauge", "Ratio of cycles the FP32 pipe is active (0-1).", _ratio("fp32_active")),
+    ("DCGM_FI_PROF_PIPE_FP16_ACTIVE", "gauge", "Ratio of cycles the FP16 pipe is active (0-1).", _ratio("fp16_active")),
+    ("DCGM_FI_PROF_NVLINK_RX_BYTES", "gauge", "NVLink data received (in B/s).", _bytes_per_s("nvlink_rx_mibs")),
+    ("DCGM_FI_PROF_NVLINK_TX_BYTES", "gauge", "NVLink data sent (in B/s).", _bytes_per_s("nvlink_tx_mibs")),
+    ("DCGM_FI_PROF_PCIE_RX_BYTES", "gauge", "PCIe data received (in B/s).", _bytes_per_s("pcie_rx_mibs")),
+    ("DCGM_FI_PROF_PCIE_TX_BYTES", "gauge", "PCIe data sent (in B/s).", _bytes_per_s("pcie_tx_mibs")),
 )
 
 

@@ -43,7 +43,9 @@ class DailyBoardSerializer(serializers.Serializer):
     idle_allocations = serializers.ListField(child=serializers.DictField(allow_null=True), help_text=_(
         "Every allocation of the day, most idle first: kind (job, booking, or team: another team's "
         "allocations as one total), id, label, team, project, user, gpus, card_hours_idle, "
-        "card_hours_allocated, idle_share_pct, idle_cost, unplaced."))
+        "card_hours_allocated, idle_share_pct, idle_cost, unplaced; card_hours_idle_memory_held (the idle card-hours "
+        "whose GPU held memory), card_hours_shallow_busy (busy under the SM-activity threshold; null: no SM data) "
+        "and shallow_busy_cost."))
     long_idle = serializers.ListField(child=serializers.DictField(allow_null=True))
     always_full = serializers.ListField(child=serializers.DictField(allow_null=True))
     utilization_bands = serializers.ListField(child=serializers.DictField(allow_null=True))

@@ -11,13 +11,14 @@ from decimal import Decimal
 import numpy as np
 import pandas as pd
 
+from accounting.usage.refined import Refined
 from boards.charts import heatmap_matrix
 from boards.figures import Headline, headline
 from boards.health import HealthView, NodeHealth, node_health
 from boards.hours import SERIES, computed_to, day_hours, read_day, timeline, utilization_bands
 from boards.maths import BANDS, CELL_KINDS, band_label, band_shares, total_bands
-from boards.movers import AlwaysFull, LongIdle, always_full, long_idle
-from boards.ranking import IdleRow, top_idle
+from boards.movers import AlwaysFull, IdlePower, LongIdle, always_full, busy_at_idle_power, long_idle
+from boards.ranking import IdleRow, refined_day, top_idle
 from boards.scope import BoardScope
 from cluster.jobs.kpis import percent
 from core.units import TICKS_PER_CARD_HOUR
@@ -38,6 +39,8 @@ class DailyBoard:
     ranking_total: int = 0
     long_idle: list[LongIdle] | None = None
     always_full: list[AlwaysFull] | None = None
+    idle_power: list[IdlePower] | None = None
+    refined: Refined | None = None  # shallow busy, memory held, busy at idle power over the board (issue 16)
     bands: dict | None = None
     team_names: dict = field(default_factory=dict)
     health: list[NodeHealth] | None = None
@@ -62,6 +65,9 @@ def daily_board(scope: BoardScope, *, user, parts: tuple[str, ...] = PARTS, rank
     if "movers" in parts:
         board.long_idle = long_idle(scope, user=user)
         board.always_full = always_full(scope, user=user, day=day)
+        board.idle_power = busy_at_idle_power(scope, user=user)
+    if "ranking" in parts:
+        board.refined = refined_day(scope)
     if "bands" in parts:
         board.bands = utilization_bands(scope, day=day)
         ids = [t for t in board.bands if t is not None]
@@ -116,6 +122,20 @@ def board_json(board: DailyBoard) -> dict:
     if board.long_idle is not None:
         out["long_idle"] = _long_idle_json(board)
         out["always_full"] = _always_full_json(board)
+        out["busy_at_idle_power"] = [
+            {"gpu": row.label, "gpu_model": row.model, "card_hours": _num(row.card_hours),
+             "busy_card_hours": _num(row.busy_card_hours), "floor_w": row.floor_w, "teams": row.holders.teams,
+             "holders": [label for _k, _i, label in row.holders.labels]}
+            for row in board.idle_power
+        ]
+    if board.refined is not None:
+        refined = board.refined
+        out["beyond_duty_cycle"] = {
+            "card_hours_busy": _ch(refined.busy), "card_hours_busy_with_sm_data": _ch(refined.sm),
+            "card_hours_shallow_busy": _num(refined.shallow_card_hours), "shallow_share_pct": _num(refined.shallow_share),
+            "card_hours_busy_at_idle_power": _ch(refined.low_power), "card_hours_idle": _ch(refined.idle),
+            "card_hours_idle_memory_held": _ch(refined.memory_held), "no_sm_data": refined.no_sm_data,
+        }
     if board.bands is not None:
         total = total_bands(board.bands)
         out["utilization_bands"] = [
@@ -182,4 +202,6 @@ def _idle_json(row: IdleRow) -> dict:
         "project": row.project or None, "user": row.user or None, "gpus": _num(row.gpus), "allocations": row.holders,
         "card_hours_idle": _num(row.idle_card_hours), "card_hours_allocated": _num(row.allocated_card_hours),
         "idle_share_pct": _num(row.idle_share), "idle_cost": _num(row.idle_cost), "unplaced": row.unplaced,
+        "card_hours_idle_memory_held": _num(row.memory_held_card_hours),
+        "card_hours_shallow_busy": _num(row.shallow_card_hours), "shallow_busy_cost": _num(row.shallow_cost),
     }

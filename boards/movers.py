@@ -1,5 +1,6 @@
 """Move-the-load lists of the daily board (issue 14): GPUs that rested (idle or unallocated) for days in
-a row, and GPUs at or above :setting:`CARDHOUR_ALWAYS_FULL_PCT` in every measured minute of the day.
+a row, GPUs at or above :setting:`CARDHOUR_ALWAYS_FULL_PCT` in every measured minute of the day, and
+(issue 16) GPUs busy by their duty cycle at idle power.
 
 **Long idle** reads the daily aggregates: the GPUs resting on the day itself first (one GROUP BY over the
 day), then only those GPUs' days back to :data:`LOOKBACK_DAYS` (a second one); a run is counted in whole
@@ -16,6 +17,7 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass
 from datetime import date, timedelta
+from decimal import Decimal
 
 import numpy as np
 from django.conf import settings
@@ -23,6 +25,7 @@ from django.db import connection
 from django.db.models import Count, Max, Min, Q, Sum
 
 from accounting.models import DailyHolderUsage, DailyUsage
+from accounting.money.pricing import card_hours
 from accounting.usage.states import BUSY, IDLE, UNALLOCATED
 from boards.hours import HOUR_S, read_day
 from boards.maths import DayOfGpu, idle_since, run_length
@@ -68,6 +71,19 @@ class AlwaysFull:
     model: str
     measured_minutes: int
     min_util: float
+    holders: GpuHolders
+
+
+@dataclass(frozen=True)
+class IdlePower:
+    """A GPU busy by its duty cycle while it drew less than its model's idle power (issue 16)."""
+
+    gpu_id: int
+    label: str
+    model: str
+    card_hours: Decimal  # the busy card-hours under the floor
+    busy_card_hours: Decimal
+    floor_w: int | None
     holders: GpuHolders
 
 
@@ -134,6 +150,25 @@ def always_full(scope: BoardScope, *, user, threshold: float | None = None, day=
            for gpu, (low, n) in full.items()]
     out.sort(key=lambda row: (-row.measured_minutes, row.label))
     return out
+
+
+def busy_at_idle_power(scope: BoardScope, *, user, limit: int = 20) -> list[IdlePower]:
+    """GPUs in scope whose busy minutes of the day drew less than their model's idle-power floor
+    (:setting:`CARDHOUR_IDLE_POWER_FLOOR_W`): a duty cycle that says busy while the power says idle (a spin
+    loop, a stuck kernel). The ``limit`` with the most such card-hours, from the daily usage; two queries
+    more for their names and holders."""
+    rows = (DailyUsage.objects.filter(scope.gpu_q(), day=scope.day, state=BUSY, low_power_ticks__gt=0)
+            .values_list("gpu_id").annotate(low=Sum("low_power_ticks"), busy=Sum("ticks")).order_by("-low", "gpu_id")[:limit])
+    rows = list(rows)
+    if not rows:
+        return []
+    info = _gpu_info(gpu for gpu, _low, _busy in rows)
+    holders = holders_on(scope, user, [gpu for gpu, _low, _busy in rows])
+    floors = settings.CARDHOUR_IDLE_POWER_FLOOR_W
+    return [IdlePower(gpu_id=gpu, label=info[gpu][0], model=info[gpu][1], card_hours=card_hours(low),
+                      busy_card_hours=card_hours(busy), floor_w=floors.get((info[gpu][1] or "").upper()),
+                      holders=holders.get(gpu, GpuHolders([], [])))
+            for gpu, low, busy in rows]
 
 
 def full_hours(day, *, threshold: float, start, end) -> list[int]:

@@ -3,10 +3,12 @@
 
 from __future__ import annotations
 
+from accounting.models import DailyUsage
 from accounting.money.idle_ranking import IdleRow, rank_idle
+from accounting.usage.refined import Refined, refined_totals
 from boards.scope import BoardScope
 
-__all__ = ["TOP", "IdleRow", "idle_ranking", "top_idle"]
+__all__ = ["TOP", "IdleRow", "idle_ranking", "refined_day", "top_idle"]
 
 TOP = 20
 
@@ -23,3 +25,12 @@ def top_idle(scope: BoardScope, *, user, limit: int | None = None) -> tuple[list
     thousands)."""
     return rank_idle(scope.day, scope.day, user=user, gpus=scope.gpu_q(), narrowed_to_gpus=scope.narrowed_to_gpus,
                      gpu_model_id=scope.gpu_model_id, team_id=scope.team_id, limit=limit)
+
+
+def refined_day(scope: BoardScope) -> Refined:
+    """The day's busy and idle card-hours in scope refined by SM activity, memory and power (issue 16): the
+    GPUs' daily usage (placed only: an unplaced job has no GPU to measure), one query."""
+    rows = DailyUsage.objects.filter(scope.gpu_q(), day=scope.day)
+    if scope.team_id is not None:
+        rows = rows.filter(team_id=scope.team_id)
+    return refined_totals(rows)

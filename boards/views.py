@@ -83,7 +83,8 @@ def daily(request):
         "team_filter": form.cleaned_data.get("team"), "live_refresh_s": LIVE_REFRESH_S if scope.live else None,
         "filtered": any(form.cleaned_data.get(k) for k in ("pool", "gpu_model", "node", "team")),
         "sees_costs": board.headline.sees_costs, "settings_long_idle_days": settings.CARDHOUR_LONG_IDLE_DAYS,
-        "settings_always_full_pct": settings.CARDHOUR_ALWAYS_FULL_PCT,
+        "settings_always_full_pct": settings.CARDHOUR_ALWAYS_FULL_PCT, "shallow_sm_pct": settings.CARDHOUR_SHALLOW_SM_PCT,
+        "memory_held_mib": settings.CARDHOUR_MEMORY_HELD_MIB,
     })
 
 
@@ -115,4 +116,5 @@ def idle_allocations(request):
     return render(request, "boards/idle_allocations.html", {
         "form": form, "scope": scope, "page": page, "rows": page.object_list, "start_rank": page.start_index(),
         "links": _links(request, scope), "sees_costs": sees_costs(request.user),
+        "shallow_sm_pct": settings.CARDHOUR_SHALLOW_SM_PCT,
     })

@@ -61,6 +61,17 @@ def env_list(name: str, default: str | None) -> list[str]:
     return [item.strip() for item in env_str(name, default).split(",") if item.strip()]
 
 
+def env_watts(name: str, default: str) -> dict[str, int]:
+    """``H200=100,H100=100``: watts per GPU model short name (upper case), each a whole number ≥ 1."""
+    out = {}
+    for item in env_list(name, default):
+        model, sep, watts = item.partition("=")
+        if not sep or not model.strip() or not watts.strip().isdigit() or int(watts) < 1:
+            raise ImproperlyConfigured(f"{name} must be MODEL=WATTS pairs, comma-separated (H200=100,L40S=50), not {item!r}.")
+        out[model.strip().upper()] = int(watts)
+    return out
+
+
 def env_zone(name: str, default: str) -> str:
     value = env_str(name, default)
     try:
@@ -295,6 +306,14 @@ CARDHOUR_IDLE_THRESHOLD_PCT = env_int("CARDHOUR_IDLE_THRESHOLD_PCT", 5, minimum=
 # (the duty cycle: a kernel was running, not saturation).
 CARDHOUR_LONG_IDLE_DAYS = env_int("CARDHOUR_LONG_IDLE_DAYS", 3, minimum=1)
 CARDHOUR_ALWAYS_FULL_PCT = env_int("CARDHOUR_ALWAYS_FULL_PCT", 95, minimum=1)
+
+# Beyond the duty cycle (DESIGN.md §4, issue 16): busy minutes under this SM activity (NVML GPM) are
+# "shallow busy"; idle minutes whose GPU uses more memory than this are "idle, memory held"; busy minutes
+# under the GPU model's idle-power floor (watts by short name) are flagged "busy at idle power". The
+# floors sit above the idle draw of the real captures (shared/data/nvidia-smi: H200 77 W, H100 70 W).
+CARDHOUR_SHALLOW_SM_PCT = env_int("CARDHOUR_SHALLOW_SM_PCT", 25, minimum=1)
+CARDHOUR_MEMORY_HELD_MIB = env_int("CARDHOUR_MEMORY_HELD_MIB", 1024, minimum=0)
+CARDHOUR_IDLE_POWER_FLOOR_W = env_watts("CARDHOUR_IDLE_POWER_FLOOR_W", "H200=100,H100=100,A100=80,L40S=50")
 
 # Observed usage: processes the agents see become jobs and allocations (cluster/jobs/observed/).
 OBSERVED_SCAN_EVERY_S = env_int("OBSERVED_SCAN_EVERY_S", 60, minimum=1)

@@ -15,11 +15,12 @@ from django.utils import timezone
 from django.utils.text import slugify
 
 from accounting.usage.services import backfill_done, backfill_started
+from agents.backends.gpu_models import TOTAL_SLICES, find_model
 from cluster.choices import NodeStatus
+from cluster.inventory.sync import mig_shares
 from cluster.models import Gpu, GpuModel, IdentityKind, Node, TeamIdentity
 from cluster.status.services import node_status_set
 from core.timeutils import business_today, previous_month
-from core.units import share_from_fraction
 from demo.bookings import MAINTENANCE_NODE, load_demo_bookings
 from demo.history import RECENT_DAYS, history_window, load_demo_history, part_loaded
 from demo.money import close_last_month, load_demo_money
@@ -43,9 +44,11 @@ NODE_GROUPS = [
     ("gpu-l40s", "infer", "L40S", 2),
 ]
 GPUS_PER_NODE = 8
-# GPU 0 of gpu-h100-01 is MIG-partitioned as in the H100 capture: 3g + 2g + 1g + 1g of 7 slices.
+# GPU 0 of gpu-h100-01 is MIG-partitioned as in the H100 capture (3g + 2g + 1g + 1g of 7 slices): the
+# simulator's layout (agents/backends/gpu_models.py), so the demo's instances are the ones the simulated
+# agent of that node reports, with the shares the inventory sync gives them.
 MIG_NODE, MIG_GPU_INDEX = "gpu-h100-01", 0
-MIG_LAYOUT = [("3g.40gb", 3, 40192), ("2g.20gb", 2, 20096), ("1g.10gb", 1, 9856), ("1g.10gb", 1, 9856)]
+MIG_LAYOUT = find_model("H100").mig_layout
 
 TEAMS = [
     # name, slug, cost centre, projects
@@ -168,12 +171,16 @@ def _load_gpus(node: Node, model: GpuModel) -> None:
             },
         )
         if node.hostname == MIG_NODE and index == MIG_GPU_INDEX:
-            for slot, (profile, slices, mib) in enumerate(MIG_LAYOUT):
+            shares = mig_shares([
+                {"gi_id": mig.gi_id, "slices": mig.slices, "total_slices": TOTAL_SLICES, "sm_count": mig.sm_count}
+                for mig in MIG_LAYOUT
+            ])
+            for slot, (mig, share) in enumerate(zip(MIG_LAYOUT, shares, strict=True)):
                 Gpu.objects.update_or_create(
                     uuid=demo_gpu_uuid(node.hostname, index, slot),
                     defaults={
-                        "node": node, "index": index, "model": model, "memory_mib": mib, "mig_parent": gpu,
-                        "mig_profile": profile, "share": share_from_fraction(f"{slices}/7"),
+                        "node": node, "index": index, "model": model, "memory_mib": mig.memory_mib,
+                        "mig_parent": gpu, "mig_profile": mig.profile, "share": share,
                     },
                 )
 

@@ -92,7 +92,7 @@ NODE_TEAMS = {
     "gpu-l40s": (("inference", 1),),
 }
 MIG_TEAMS = (("inference", 3), ("vision", 1))
-IDLE_GPU = Profile(IDLE, 0, 0.01)  # the GPUs a job holds but does not use: a CUDA context, nothing running
+IDLE_GPU = Profile(IDLE, 0, 0.004)  # the GPUs a job holds but does not use: a CUDA context (~0.5 GiB), nothing running
 OUTAGE_REASON = "demo history: the agent did not answer"
 
 

@@ -9,7 +9,9 @@ always-full GPU 97–100 %, training at its job's level ± a wobble and noise, a
 for bursts, an endpoint at 10–28 % following the business day's rhythm, a batch job at its level
 ± 3 %; under 4 % in a job's idle first or last minutes (as planned) and on the GPUs a job holds but
 leaves unused; 0–2 % when free; no utilization on the MIG-partitioned GPU (NVML gives none: its
-slices' jobs are unmeasured); a few minutes partly covered. The hour rollups are computed from them as
+slices' jobs are unmeasured); a few minutes partly covered. On the Hopper GPUs each minute has an SM
+activity, occupancy, tensor and DRAM activity (NVML GPM) below its duty cycle (:data:`_SM_RATIO`); the
+A100 and L40S have none. The hour rollups are computed from them as
 the rollup worker would. Both are ``ON CONFLICT DO NOTHING``, so a rerun adds nothing twice.
 """
 
@@ -27,6 +29,7 @@ from core.timeutils import business_zone
 from demo.workloads import BATCH, FREE, FULL, IDLE, NOTEBOOK, PRETRAIN, SERVE, TRAIN, Profile
 
 MINUTE_ROLLUP = MinuteRollup._meta.db_table
+GPM_MODELS = {"H100", "H200"}  # Hopper: NVML GPM (the A100 and the L40S have none)
 HOUR_ROLLUP = HourRollup._meta.db_table
 BURST_BLOCK_MIN, BURST_CHANCE = 12, 0.12  # a notebook's bursts: a 12-minute block busy one time in eight
 
@@ -54,13 +57,24 @@ _UTIL = f"""CASE
     WHEN s.kind = {BATCH} THEN s.level + 3 * (2 * {_rand(1)} - 1)
 END"""
 
+# NVML GPM (issue 16) on the Hopper GPUs: SM activity a share of the duty cycle by the kind of work (a
+# training job one in four a small-batch run at a quarter of it: shallow busy; an endpoint's decoding
+# half of it: shallow too), occupancy about half of that, tensor pipes busy in training only.
+_SM_RATIO = f"""CASE
+    WHEN kind = {FULL} THEN 0.86 WHEN kind = {PRETRAIN} THEN 0.8
+    WHEN kind = {TRAIN} THEN CASE WHEN seed %% 4 = 0 THEN 0.24 ELSE 0.72 END
+    WHEN kind = {NOTEBOOK} THEN 0.35 WHEN kind = {SERVE} THEN 0.5 WHEN kind = {BATCH} THEN 0.55 ELSE 0.3 END"""
+_TENSOR_RATIO = f"""CASE WHEN kind IN ({FULL}, {PRETRAIN}, {TRAIN}) THEN 0.75 WHEN kind = {SERVE} THEN 0.4
+    WHEN kind = {BATCH} THEN 0.3 ELSE 0.05 END"""
+GPM_COLUMNS = ("sm_active_mean", "sm_occupancy_mean", "tensor_active_mean", "dram_active_mean", "gpm_covered_s")
+
 # Rows come from one generate_series per stretch; util and power are computed once per row in their own
 # subquery (OFFSET 0 keeps PostgreSQL from inlining them into every use).
 _MINUTES_SQL = f"""
 WITH gpus AS (
-    SELECT * FROM unnest(%(gpu)s::bigint[], %(mig)s::bool[], %(memory)s::int[], %(idle_w)s::float8[],
+    SELECT * FROM unnest(%(gpu)s::bigint[], %(mig)s::bool[], %(gpm)s::bool[], %(memory)s::int[], %(idle_w)s::float8[],
                          %(full_w)s::float8[], %(idle_t)s::float8[], %(full_t)s::float8[])
-        AS g(gpu_id, mig, memory_mib, idle_w, full_w, idle_t, full_t)
+        AS g(gpu_id, mig, gpm, memory_mib, idle_w, full_w, idle_t, full_t)
 ),
 stretches AS (  -- in epoch minutes: generate_series and the hashes work on integers
     SELECT * FROM unnest(%(s_gpu)s::bigint[], %(s_lo)s::bigint[], %(s_hi)s::bigint[], %(s_kind)s::int[],
@@ -68,7 +82,7 @@ stretches AS (  -- in epoch minutes: generate_series and the hashes work on inte
                          %(s_idle_from)s::bigint[], %(s_seed)s::int[])
         AS s(gpu_id, lo, hi, kind, level, memory, idle_to, idle_from, seed)
 )
-INSERT INTO {MINUTE_ROLLUP} ({", ".join(ROLLUP_COLUMNS)})
+INSERT INTO {MINUTE_ROLLUP} ({", ".join((*ROLLUP_COLUMNS, *GPM_COLUMNS))})
 SELECT gpu_id, to_timestamp(mi * 60), round(util * 10) / 10,
        CASE WHEN NOT mig THEN round(least(100, util + 6 * r3) * 10) / 10 END,
        CASE WHEN mig THEN NULL WHEN kind = {FREE} THEN 0 ELSE round(util * 4.5) / 10 END,
@@ -76,21 +90,27 @@ SELECT gpu_id, to_timestamp(mi * 60), round(util * 10) / 10,
             WHEN mi < idle_to THEN (memory_mib * 0.25)::int ELSE (memory_mib * memory)::int END,
        round(power * 10) / 10, round(power * covered * 10) / 10,
        round(idle_t + (full_t - idle_t) * greatest(0, (power - idle_w) / (full_w - idle_w)))::smallint,
-       0, 0, covered, CASE WHEN mig THEN 0 ELSE covered END, ceil(covered / 10.0)::int
+       0, 0, covered, CASE WHEN mig THEN 0 ELSE covered END, ceil(covered / 10.0)::int,
+       round(sm * 10) / 10, round(sm * (0.45 + 0.1 * r4) * 10) / 10, round(sm * {_TENSOR_RATIO} * 10) / 10,
+       round(least(100, CASE WHEN kind = {SERVE} THEN 30 + 1.5 * sm ELSE 0.45 * sm END) * 10) / 10,
+       CASE WHEN sm IS NULL THEN 0 ELSE covered END
 FROM (
+    SELECT *, CASE WHEN gpm AND NOT mig THEN least(util, util * {_SM_RATIO} * (0.92 + 0.16 * r4)) END AS sm
+    FROM (
     SELECT *,
         CASE WHEN mig THEN idle_w + (full_w - idle_w) * (0.1 + 0.2 * r3)
              WHEN kind = {FREE} THEN idle_w * (0.99 + 0.02 * r3)
              ELSE idle_w + (full_w - idle_w) * (0.06 + 0.94 * power(util / 100, 1.2)) END AS power
     FROM (
-        SELECT g.*, s.kind, s.memory, s.idle_to, mi, {_rand(3)} AS r3, {_UTIL} AS util,
+        SELECT g.*, s.kind, s.memory, s.idle_to, s.seed, mi, {_rand(3)} AS r3, {_rand(4)} AS r4, {_UTIL} AS util,
             CASE WHEN {_rand(2)} < 0.0015 THEN 10 + floor({_rand(3)} * 40)::int ELSE 60 END AS covered
         FROM gpus g
         JOIN stretches s USING (gpu_id)
         CROSS JOIN LATERAL generate_series(s.lo, s.hi - 1) mi
         OFFSET 0
     ) valued OFFSET 0
-) powered
+    ) powered OFFSET 0
+) measured
 ON CONFLICT (gpu_id, bucket) DO NOTHING
 """  # noqa: S608 (only module constants are interpolated)
 
@@ -150,7 +170,8 @@ def insert_minutes(gpus: list[Gpu], *, mig: set[int], stretches: list[Stretch], 
     specs = [find_model(g.model.name) or find_model("H100") for g in gpus]
     offset = start.astimezone(business_zone()).utcoffset() or timedelta(0)  # the rhythm's zone, at the start
     params = {
-        "gpu": [g.pk for g in gpus], "mig": [g.pk in mig for g in gpus], "memory": [g.memory_mib for g in gpus],
+        "gpu": [g.pk for g in gpus], "mig": [g.pk in mig for g in gpus],
+        "gpm": [g.model.short_name in GPM_MODELS for g in gpus], "memory": [g.memory_mib for g in gpus],
         "idle_w": [s.idle_w for s in specs], "full_w": [s.full_load_w for s in specs],
         "idle_t": [s.idle_temp_c for s in specs], "full_t": [s.full_load_temp_c for s in specs],
         "s_gpu": [s.gpu_id for s in stretches], "s_lo": [s.lo for s in stretches], "s_hi": [s.hi for s in stretches],
@@ -164,8 +185,11 @@ def insert_minutes(gpus: list[Gpu], *, mig: set[int], stretches: list[Stretch], 
         return cursor.rowcount
 
 
+_GPM_HOURS = ", ".join(
+    f"sum({c} * gpm_covered_s) FILTER (WHERE {c} IS NOT NULL) / nullif(sum(gpm_covered_s) FILTER (WHERE {c} IS NOT NULL), 0)"
+    for c in GPM_COLUMNS[:-1])
 _HOURS_SQL = f"""
-INSERT INTO {HOUR_ROLLUP} ({", ".join(ROLLUP_COLUMNS)})
+INSERT INTO {HOUR_ROLLUP} ({", ".join((*ROLLUP_COLUMNS, *GPM_COLUMNS))})
 SELECT gpu_id, date_bin('3600 seconds', bucket, {EPOCH}),
     sum(util_mean * util_covered_s) / nullif(sum(util_covered_s) FILTER (WHERE util_mean IS NOT NULL), 0),
     max(util_max),
@@ -173,7 +197,7 @@ SELECT gpu_id, date_bin('3600 seconds', bucket, {EPOCH}),
     max(mem_used_max_mib),
     sum(power_mean_w * aux_s) / nullif(sum(aux_s) FILTER (WHERE power_mean_w IS NOT NULL), 0),
     sum(energy_j), max(temp_max_c), sum(xid_count), sum(ecc_dbe_count), sum(covered_s), sum(util_covered_s),
-    sum(sample_count)
+    sum(sample_count), {_GPM_HOURS}, sum(gpm_covered_s)
 FROM (SELECT *, CASE WHEN util_covered_s > 0 THEN util_covered_s ELSE covered_s END AS aux_s
       FROM {MINUTE_ROLLUP} WHERE gpu_id = ANY(%(gpu)s) AND bucket >= %(start)s AND bucket < %(end)s) m
 GROUP BY 1, 2

@@ -26,6 +26,7 @@ from accounting.money.idle_ranking import IdleRow, rank_idle
 from accounting.money.statements import TOTAL_KIND, cost_team_ids, priced_usage
 from accounting.quotas.selectors import QuotaStatus, quota_statuses, tightest_quotas
 from accounting.usage.figures import row_figures
+from accounting.usage.refined import Refined, refined_totals
 from accounting.usage.report import usage_report
 from accounting.usage.states import ALLOCATED_STATES, BUSY, UNMEASURED
 from cluster.choices import AlertKind, AlertSubject, AlertTier
@@ -244,6 +245,12 @@ def allocations_by_idle(team: Team, *, window: MonthWindow, user, top: int = ALL
     ranked by idle card-hours through the daily board's ranking (:func:`accounting.money.idle_ranking.rank_idle`):
     the first ``top`` and how many there are in all. Five queries."""
     return rank_idle(window.first, window.today, user=user, team_id=team.pk, limit=top)
+
+
+def beyond_duty_cycle(team: Team, *, window: MonthWindow) -> Refined:
+    """The team's busy and idle card-hours this month so far refined by SM activity, memory and power
+    (issue 16): from its daily usage, one query."""
+    return refined_totals(DailyUsage.objects.filter(team=team, day__gte=window.first, day__lte=window.today))
 
 
 # ---- the team list -------------------------------------------------------------------------------------------

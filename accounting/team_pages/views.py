@@ -1,5 +1,6 @@
 """The team list and a team's page: its card-hours, costs, quotas and people."""
 
+from django.conf import settings
 from django.contrib.auth.decorators import login_required
 from django.shortcuts import get_object_or_404, render
 from django.utils import timezone
@@ -76,4 +77,6 @@ def team_detail(request, slug: str):
         "sees_costs": sees_costs,
         "cost": team_page.month_to_date_cost(team, window=window, user=request.user, now=now) if sees_costs else None,
         "idle": {"rows": idle_rows, "total": idle_total},
+        "refined": team_page.beyond_duty_cycle(team, window=window), "shallow_sm_pct": settings.CARDHOUR_SHALLOW_SM_PCT,
+        "memory_held_mib": settings.CARDHOUR_MEMORY_HELD_MIB,
     })

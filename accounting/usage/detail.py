@@ -20,6 +20,7 @@ from accounting.models import (
     HourlyModelUsage,
     HourlyUsage,
 )
+from accounting.usage.states import LOW_POWER, MEMORY_HELD, REFINES, SHALLOW, SM_MEASURED
 from cluster.models import Gpu
 
 HOURLY_USAGE = HourlyUsage._meta.db_table
@@ -41,8 +42,10 @@ _MODEL_HOURS_SQL = [
        GROUP BY h.day, h.hour, g.model_id""",
     "DELETE FROM {daily_model} WHERE day = %(day)s",
     "DELETE FROM {daily_capacity} WHERE day = %(day)s",
-    """INSERT INTO {daily_model} (day, gpu_model_id, state, team_id, project_id, ticks)
-       SELECT d.day, g.model_id, d.state, d.team_id, d.project_id, sum(d.ticks)
+    """INSERT INTO {daily_model} (day, gpu_model_id, state, team_id, project_id, ticks, sm_ticks, shallow_ticks,
+                                  low_power_ticks, memory_held_ticks)
+       SELECT d.day, g.model_id, d.state, d.team_id, d.project_id, sum(d.ticks), sum(d.sm_ticks), sum(d.shallow_ticks),
+              sum(d.low_power_ticks), sum(d.memory_held_ticks)
        FROM {daily} d JOIN {gpu} g ON g.id = d.gpu_id WHERE d.day = %(day)s
        GROUP BY d.day, g.model_id, d.state, d.team_id, d.project_id""",
     """INSERT INTO {daily_capacity} (day, gpu_model_id, gpus)
@@ -72,15 +75,29 @@ def write_model_sums(*, day: date) -> None:
             cursor.execute(sql.format(**_MODEL_TABLES), {"day": day})
 
 
-def write_holders(*, day: date, holders: Counter) -> int:
-    """COPY ``holders`` ((GPU or None, ("job" | "booking", id), state, team, project) → ticks) as ``day``'s rows."""
+REFINED_COLUMNS = {SM_MEASURED: "sm_ticks", SHALLOW: "shallow_ticks", LOW_POWER: "low_power_ticks",
+                   MEMORY_HELD: "memory_held_ticks"}
+
+
+def refinements(refined: Counter, head: tuple, state: str, tail: tuple) -> dict[str, int]:
+    """The refinement columns of the row ``head + (state,) + tail`` from ``refined`` (keyed ``head +
+    (refinement,) + tail``): the refinements of ``state`` (``REFINES``), 0 for the others."""
+    return {column: refined.get((*head, kind, *tail), 0) if REFINES[kind] == state else 0
+            for kind, column in REFINED_COLUMNS.items()}
+
+
+def write_holders(*, day: date, holders: Counter, refined: Counter | None = None) -> int:
+    """COPY ``holders`` ((GPU or None, ("job" | "booking", id), state, team, project) → ticks) as ``day``'s rows,
+    with their refinements from ``refined`` (keyed (GPU, holder, refinement, team, project))."""
+    refined = refined if refined is not None else Counter()
     rows = []
     for (gpu_id, (kind, holder_id), state, team_id, project_id), ticks in holders.items():
         if ticks > 0:
             job_id, booking_id = (holder_id, None) if kind == "job" else (None, holder_id)
-            rows.append((day, gpu_id, job_id, booking_id, team_id, project_id, state, ticks))
+            parts = refinements(refined, (gpu_id, (kind, holder_id)), state, (team_id, project_id)).values()
+            rows.append((day, gpu_id, job_id, booking_id, team_id, project_id, state, ticks, *parts))
     rows.sort(key=lambda r: (r[1] or 0, r[2] or 0, r[3] or 0, r[6]))
-    columns = ("day", "gpu_id", "job_id", "booking_id", "team_id", "project_id", "state", "ticks")
+    columns = ("day", "gpu_id", "job_id", "booking_id", "team_id", "project_id", "state", "ticks", *REFINED_COLUMNS.values())
     return _copy(DAILY_HOLDER_USAGE, columns, rows)
 
 

@@ -11,10 +11,19 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 import numpy as np
+from django.conf import settings
 from django.db import connection
 from django.db.models import Q
 
-from accounting.usage.states import BUSY_FLAG, MINUTE, Claim
+from accounting.usage.states import (
+    BUSY_FLAG,
+    LOW_POWER_FLAG,
+    MEMORY_FLAG,
+    MINUTE,
+    SHALLOW_FLAG,
+    SM_FLAG,
+    Claim,
+)
 from cluster.bookings.holds import RangeBoundEpoch
 from cluster.bookings.slots import epoch
 from cluster.choices import GpuStatus, NodeStatus
@@ -129,26 +138,49 @@ def _down_ranges(windows, ids, start, end, now_s) -> None:
         windows[gpu_id].down.append((lo, hi))
 
 
+def power_floors(gpu_ids: Sequence[int]) -> dict[int, int]:
+    """GPU id → its model's idle-power floor in watts (``CARDHOUR_IDLE_POWER_FLOOR_W``, by short name);
+    a GPU whose model has none is left out."""
+    floors = settings.CARDHOUR_IDLE_POWER_FLOOR_W
+    if not floors:
+        return {}
+    rows = Gpu.objects.filter(pk__in=list(gpu_ids)).values_list("pk", "model__short_name")
+    return {pk: floors[name.upper()] for pk, name in rows if name and name.upper() in floors}
+
+
 def minute_codes_by_gpu(gpu_ids: Sequence[int], lo: int, hi: int, threshold: float) -> dict[int, tuple[np.ndarray, np.ndarray]]:
     """Each GPU's minute codes and energy (millijoules) over ``[lo, hi)`` (epoch seconds): one bytea per
     GPU of (minute index, code, energy) built by PostgreSQL and read with numpy, so a day of 1,000 GPUs is
-    1,000 rows, not 1.4 M."""
+    1,000 rows, not 1.4 M. A code is :func:`accounting.usage.states.minute_code` of the minute's rollup,
+    here in SQL (the same rules: tests/accounting/usage/test_refinements.py holds the two together)."""
     minutes = (hi - lo) // MINUTE
+    floors = power_floors(gpu_ids)
     sql = f"""
-        SELECT gpu_id, string_agg(
-            int4send(((extract(epoch FROM bucket)::bigint - %(lo)s) / 60)::int)
-            || int2send((CASE WHEN util_covered_s > 0 THEN least(util_covered_s, 60)
-                              + CASE WHEN util_mean >= %(threshold)s THEN %(busy)s ELSE 0 END ELSE 0 END)::int2)
-            || int8send(coalesce(round(energy_j * 1000), 0)::bigint),
-            ''::bytea ORDER BY bucket)
-        FROM {MINUTE_ROLLUP}
-        WHERE gpu_id = ANY(%(ids)s) AND bucket >= to_timestamp(%(lo)s) AND bucket < to_timestamp(%(hi)s)
-        GROUP BY gpu_id
+        SELECT r.gpu_id, string_agg(
+            int4send(((extract(epoch FROM r.bucket)::bigint - %(lo)s) / 60)::int)
+            || int2send((CASE WHEN r.util_covered_s > 0 THEN least(r.util_covered_s, 60)
+                              + CASE WHEN r.util_mean >= %(threshold)s THEN %(busy)s ELSE 0 END
+                              + CASE WHEN r.gpm_covered_s > 0 AND r.sm_active_mean IS NOT NULL
+                                     THEN %(sm)s + CASE WHEN r.sm_active_mean < %(shallow_pct)s THEN %(shallow)s ELSE 0 END
+                                     ELSE 0 END
+                              + CASE WHEN r.mem_used_max_mib > %(memory_mib)s THEN %(memory)s ELSE 0 END
+                              + CASE WHEN r.power_mean_w < f.floor_w THEN %(low_power)s ELSE 0 END
+                         ELSE 0 END)::int2)
+            || int8send(coalesce(round(r.energy_j * 1000), 0)::bigint),
+            ''::bytea ORDER BY r.bucket)
+        FROM {MINUTE_ROLLUP} r
+        LEFT JOIN unnest(%(floor_gpus)s::bigint[], %(floors)s::float8[]) AS f(gpu_id, floor_w) ON f.gpu_id = r.gpu_id
+        WHERE r.gpu_id = ANY(%(ids)s) AND r.bucket >= to_timestamp(%(lo)s) AND r.bucket < to_timestamp(%(hi)s)
+        GROUP BY r.gpu_id
     """  # noqa: S608 (the table name from model metadata; values are bound)
     rows_type = np.dtype([("minute", ">i4"), ("code", ">i2"), ("energy", ">i8")])
     out: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+    params = {"lo": lo, "hi": hi, "ids": list(gpu_ids), "threshold": threshold, "busy": BUSY_FLAG, "sm": SM_FLAG,
+              "shallow": SHALLOW_FLAG, "shallow_pct": settings.CARDHOUR_SHALLOW_SM_PCT, "memory": MEMORY_FLAG,
+              "memory_mib": settings.CARDHOUR_MEMORY_HELD_MIB, "low_power": LOW_POWER_FLAG,
+              "floor_gpus": list(floors), "floors": [float(w) for w in floors.values()]}
     with connection.cursor() as cursor:
-        cursor.execute(sql, {"lo": lo, "hi": hi, "ids": list(gpu_ids), "threshold": threshold, "busy": BUSY_FLAG})
+        cursor.execute(sql, params)
         for gpu_id, blob in cursor.fetchall():
             codes = np.zeros(minutes, dtype=np.int64)
             energy = np.zeros(minutes, dtype=np.int64)

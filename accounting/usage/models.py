@@ -18,7 +18,43 @@ class UsageState(models.TextChoices):
     DOWN = "down", _("Down")
 
 
-class DailyUsage(models.Model):
+class RefinedTicks(models.Model):
+    """The refinements of a row's busy or idle ticks (DESIGN.md §4, "Beyond the duty cycle"; issue 16):
+    parts of ``ticks``, never a state of their own (``accounting.usage.states.REFINES``)."""
+
+    sm_ticks = models.BigIntegerField(_("busy ticks with SM data"), default=0, help_text=_(
+        "Busy ticks of minutes with an SM activity (NVML GPM); none where the GPU has no GPM."))
+    shallow_ticks = models.BigIntegerField(_("shallow busy ticks"), default=0, help_text=_(
+        "Busy ticks of minutes whose SM activity was under CARDHOUR_SHALLOW_SM_PCT."))
+    low_power_ticks = models.BigIntegerField(_("busy ticks at idle power"), default=0, help_text=_(
+        "Busy ticks of minutes under the GPU model's idle-power floor (CARDHOUR_IDLE_POWER_FLOOR_W)."))
+    memory_held_ticks = models.BigIntegerField(_("idle ticks with memory held"), default=0, help_text=_(
+        "Idle ticks of minutes whose GPU used more memory than CARDHOUR_MEMORY_HELD_MIB."))
+
+    class Meta:
+        abstract = True
+
+
+def refinement_constraints(prefix: str) -> list[models.BaseConstraint]:
+    """Each refinement is part of the row's ticks, and refines the state it belongs to only."""
+    return [
+        models.CheckConstraint(
+            condition=models.Q(sm_ticks__gte=0, shallow_ticks__gte=0, low_power_ticks__gte=0, memory_held_ticks__gte=0,
+                               sm_ticks__lte=models.F("ticks"), shallow_ticks__lte=models.F("sm_ticks"),
+                               low_power_ticks__lte=models.F("ticks"), memory_held_ticks__lte=models.F("ticks")),
+            name=f"{prefix}_refined_within_ticks",
+        ),
+        models.CheckConstraint(
+            condition=models.Q(state="busy") | models.Q(sm_ticks=0, shallow_ticks=0, low_power_ticks=0),
+            name=f"{prefix}_busy_refinements_on_busy",
+        ),
+        models.CheckConstraint(
+            condition=models.Q(state="idle") | models.Q(memory_held_ticks=0), name=f"{prefix}_idle_refinement_on_idle",
+        ),
+    ]
+
+
+class DailyUsage(RefinedTicks):
     """Ticks of one GPU's business day in one state, held by one team and project (or none)."""
 
     day = models.DateField(_("day"), help_text=_("Business day (CARDHOUR_BUSINESS_TIME_ZONE)."))
@@ -47,6 +83,7 @@ class DailyUsage(models.Model):
                 condition=models.Q(state__in=["busy", "idle", "unmeasured"]) | models.Q(team__isnull=True),
                 name="daily_usage_team_only_when_allocated",
             ),
+            *refinement_constraints("daily_usage"),
         ]
 
     def __str__(self) -> str:
@@ -191,7 +228,7 @@ class HourlyUsage(models.Model):
         return f"{self.hour:%Y-%m-%d %H:%M} gpu {self.gpu_id} {self.state} {self.ticks}"
 
 
-class DailyHolderUsage(models.Model):
+class DailyHolderUsage(RefinedTicks):
     """Allocated ticks of one business day held by one job or booking on one GPU (none: an unplaced job)
     in one state: per day, GPU, state, team and project the holders sum to the daily usage."""
 
@@ -241,6 +278,7 @@ class DailyHolderUsage(models.Model):
                 condition=models.Q(gpu__isnull=False) | models.Q(job__isnull=False, state="unmeasured"),
                 name="daily_holder_unplaced_is_a_job_unmeasured",
             ),
+            *refinement_constraints("daily_holder"),
         ]
 
     def __str__(self) -> str:
@@ -296,7 +334,7 @@ class HourlyModelCapacity(models.Model):
         return f"{self.hour:%Y-%m-%d %H:%M} model {self.gpu_model_id} {self.gpus} GPUs"
 
 
-class DailyModelUsage(models.Model):
+class DailyModelUsage(RefinedTicks):
     """The daily usage summed over GPUs by GPU model: per day, model, state, team and project, the sum of the
     day's ``DailyUsage``. The boards' tiles and the week and month views read it where no pool or node
     narrows them (issue 15). Rewritten with :class:`HourlyModelUsage`."""
@@ -317,6 +355,7 @@ class DailyModelUsage(models.Model):
         constraints = [
             models.UniqueConstraint(fields=["day", "gpu_model", "state", "team", "project"], nulls_distinct=False,
                                     name="daily_model_usage_one_row"),
+            *refinement_constraints("daily_model_usage"),
         ]
 
     def __str__(self) -> str:

@@ -31,10 +31,17 @@ from accounting.models import (
     UsageAggregateState,
     UsageDirty,
 )
-from accounting.usage.detail import write_holders, write_hourly, write_model_sums
+from accounting.usage.detail import refinements, write_holders, write_hourly, write_model_sums
 from accounting.usage.failures import UsageFailures
 from accounting.usage.inputs import counted_allocations, gpu_windows, physical_gpus
-from accounting.usage.states import UNMEASURED, settle_claims, split_detail, split_energy, split_states
+from accounting.usage.states import (
+    UNMEASURED,
+    settle_claims,
+    split_detail,
+    split_energy,
+    split_refined,
+    split_states,
+)
 from cluster.bookings.slots import epoch
 from cluster.models import Gpu
 from cluster.telemetry.dirty_marks import floor_minute
@@ -52,19 +59,22 @@ USAGE_DIRTY = UsageDirty._meta.db_table
 
 def usage_of_window(*, start: datetime, end: datetime, now: datetime, gpu_ids: Sequence[int] | None = None,
                     energy: Counter | None = None, hourly: Counter | None = None,
-                    holders: Counter | None = None) -> Counter:
+                    holders: Counter | None = None, refined: Counter | None = None,
+                    refined_holders: Counter | None = None) -> Counter:
     """Ticks per (GPU, state, team, project) over ``[start, end)`` (whole minutes), up to ``now``'s minute.
     With ``energy``, also adds the millijoules per (GPU, team, project) to it; with ``hourly``, the ticks
     per (GPU, hourly bucket start in epoch seconds, state, team); with ``holders``, the allocated ticks per
     (GPU, holder, state, team, project), a holder being ("job", id) or ("booking", id). All three come from
-    the same pass and add up exactly to the returned figures."""
+    the same pass and add up exactly to the returned figures. With ``refined`` (and ``refined_holders``),
+    the refinements of busy and idle (``accounting.usage.states.REFINES``) per (GPU, refinement, team,
+    project) (and per (GPU, holder, refinement, team, project))."""
     end = min(end, floor_minute(now))
     out: Counter[GpuKey] = Counter()
     if end <= start:
         return out
     lo, hi = epoch(start), epoch(end)
     threshold = settings.CARDHOUR_IDLE_THRESHOLD_PCT
-    detail = hourly is not None or holders is not None
+    detail = hourly is not None or holders is not None or refined_holders is not None
     for window in gpu_windows(start=start, end=end, now=now, gpu_ids=gpu_ids, threshold=threshold):
         pieces = settle_claims(window.claims, WHOLE_GPU_SHARE)
         if detail:
@@ -77,9 +87,19 @@ def usage_of_window(*, start: datetime, end: datetime, now: datetime, gpu_ids: S
             if holders is not None:
                 for (holder, state, team_id, project_id), ticks in split.holders.items():
                     holders[(window.gpu_id, holder, state, team_id, project_id)] += ticks
+            if refined_holders is not None:
+                for (holder, kind, team_id, project_id), ticks in split.refined_holders.items():
+                    refined_holders[(window.gpu_id, holder, kind, team_id, project_id)] += ticks
+        elif refined is not None:
+            split = split_refined(start=lo, end=hi, capacity=WHOLE_GPU_SHARE, pieces=pieces, codes=window.codes,
+                                  down=window.down)
+            states = split.states
         else:
             states = split_states(start=lo, end=hi, capacity=WHOLE_GPU_SHARE, pieces=pieces, codes=window.codes,
                                   down=window.down)
+        if refined is not None:
+            for (kind, team_id, project_id), ticks in split.refined.items():
+                refined[(window.gpu_id, kind, team_id, project_id)] += ticks
         for (state, team_id, project_id), ticks in states.items():
             out[(window.gpu_id, state, team_id, project_id)] += ticks
         if energy is not None:
@@ -124,8 +144,10 @@ def aggregate_day(*, day: date, now: datetime, gpu_ids: Sequence[int] | None = N
     energy: Counter = Counter()
     hourly: Counter = Counter()
     holders: Counter = Counter()
+    refined: Counter = Counter()
+    refined_holders: Counter = Counter()
     usage = usage_of_window(start=start, end=end, now=now, gpu_ids=gpu_ids, energy=energy, hourly=hourly,
-                            holders=holders)
+                            holders=holders, refined=refined, refined_holders=refined_holders)
     for table in (DailyUsage, DailyEnergy, HourlyUsage, DailyHolderUsage):
         old = table.objects.filter(day=day)
         if gpu_ids is not None:
@@ -140,7 +162,8 @@ def aggregate_day(*, day: date, now: datetime, gpu_ids: Sequence[int] | None = N
         batch_size=5000,
     )
     DailyUsage.objects.bulk_create(
-        [DailyUsage(day=day, gpu_id=gpu_id, state=state, team_id=team_id, project_id=project_id, ticks=ticks)
+        [DailyUsage(day=day, gpu_id=gpu_id, state=state, team_id=team_id, project_id=project_id, ticks=ticks,
+                    **refinements(refined, (gpu_id,), state, (team_id, project_id)))
          for (gpu_id, state, team_id, project_id), ticks in sorted(usage.items(), key=_sort_key)],
         batch_size=5000,
     )
@@ -155,7 +178,7 @@ def aggregate_day(*, day: date, now: datetime, gpu_ids: Sequence[int] | None = N
             for (team_id, project_id, model_id), ticks in rows.items()
         )
         written += len(rows)
-    return written + write_holders(day=day, holders=holders)
+    return written + write_holders(day=day, holders=holders, refined=refined_holders)
 
 
 def _sort_key(item):

@@ -17,6 +17,10 @@ every sum is exact. Two steps:
    Each part is floored; the remainder stays unmeasured/unallocated, so the parts add up exactly.
    :func:`split_detail` also sums the same per-minute parts by hourly bucket and by holder (the job or
    booking a claim came from), so the hourly and holder figures add up to the daily ones exactly.
+3. In the same pass, the refinements of busy and idle (:data:`REFINES`): of each part's busy ticks, those
+   of minutes with an SM activity, of minutes under the shallow threshold, and of minutes under the
+   model's idle power; of its idle ticks, those of minutes whose GPU holds memory. A minute's code carries
+   these as flags (:func:`minute_code`); they split no state and never change the five.
 """
 
 from __future__ import annotations
@@ -33,7 +37,18 @@ STATES = (BUSY, IDLE, UNMEASURED, UNALLOCATED, DOWN)
 ALLOCATED_STATES = (BUSY, IDLE, UNMEASURED)
 MINUTE = 60
 HOUR = 3600
-BUSY_FLAG = 64  # in a minute code: covered seconds (0–60) + 64 when the mean utilization is at or over the threshold
+# A minute code: the seconds covered by utilization readings (0–60), plus these flags.
+COVERED_MASK = 63
+BUSY_FLAG = 64  # the mean utilization is at or over the idle threshold
+SM_FLAG = 128  # the minute has an SM activity (NVML GPM)
+SHALLOW_FLAG = 256  # its SM activity is under the shallow threshold (set with SM_FLAG only)
+MEMORY_FLAG = 512  # the GPU's memory used is over the memory-held threshold
+LOW_POWER_FLAG = 1024  # its mean power is under the GPU model's idle-power floor
+# Refinements of busy and idle ticks (DESIGN.md §4, "Beyond the duty cycle"): parts of a state's ticks,
+# never a state of their own. Busy ticks with an SM activity, those of them under the threshold (shallow
+# busy), busy ticks drawing idle power; idle ticks whose GPU holds memory (a forgotten notebook).
+SM_MEASURED, SHALLOW, LOW_POWER, MEMORY_HELD = "sm_measured", "shallow", "low_power", "memory_held"
+REFINES = {SM_MEASURED: BUSY, SHALLOW: BUSY, LOW_POWER: BUSY, MEMORY_HELD: IDLE}
 
 Key = tuple[str, int | None, int | None]  # (state, team id, project id)
 Holder = tuple[str, int]  # ("job", job id) or ("booking", booking id)
@@ -98,13 +113,45 @@ def _append(pieces: list[Piece], piece: Piece) -> None:
     pieces.append(piece)
 
 
-def minute_codes(start: int, minutes: int, readings: Mapping[int, tuple[float | None, int]], threshold: float):
-    """The per-minute code array (covered seconds + BUSY_FLAG) from ``{minute start: (util mean, covered s)}``."""
+@dataclass(frozen=True)
+class Refinement:
+    """The thresholds of the refinements: SM activity under ``shallow_sm_pct`` is shallow busy, memory used
+    over ``memory_held_mib`` makes idle "memory held", power under ``power_floor_w`` (None: the model has
+    no floor) makes busy "idle power"."""
+
+    shallow_sm_pct: float = 25.0
+    memory_held_mib: int = 1024
+    power_floor_w: float | None = None
+
+
+def minute_code(util: float | None, covered: int, threshold: float, *, sm: float | None = None,
+                memory_mib: int | None = None, power_w: float | None = None,
+                refine: Refinement = Refinement()) -> int:
+    """One minute's code (the reference :mod:`accounting.usage.inputs` computes in SQL): 0 without
+    utilization readings, else the covered seconds and the flags."""
+    if not covered:
+        return 0
+    code = min(int(covered), MINUTE) + (BUSY_FLAG if util is not None and util >= threshold else 0)
+    if sm is not None:
+        code += SM_FLAG + (SHALLOW_FLAG if sm < refine.shallow_sm_pct else 0)
+    if memory_mib is not None and memory_mib > refine.memory_held_mib:
+        code += MEMORY_FLAG
+    if power_w is not None and refine.power_floor_w is not None and power_w < refine.power_floor_w:
+        code += LOW_POWER_FLAG
+    return code
+
+
+def minute_codes(start: int, minutes: int, readings: Mapping[int, tuple], threshold: float,
+                 refine: Refinement = Refinement()):
+    """The per-minute code array from ``{minute start: (util mean, covered s[, sm activity, memory used MiB,
+    power W])}`` (:func:`minute_code` of each)."""
     codes = np.zeros(minutes, dtype=np.int64)
-    for moment, (util, covered) in readings.items():
+    for moment, (util, covered, *extra) in readings.items():
         index = (moment - start) // MINUTE
         if 0 <= index < minutes and covered:
-            codes[index] = min(int(covered), MINUTE) + (BUSY_FLAG if util is not None and util >= threshold else 0)
+            sm, memory_mib, power_w = (*extra, None, None, None)[:3]
+            codes[index] = minute_code(util, covered, threshold, sm=sm, memory_mib=memory_mib, power_w=power_w,
+                                       refine=refine)
     return codes
 
 
@@ -125,11 +172,15 @@ def merge_ranges(ranges: Iterable[tuple[int, int]]) -> list[tuple[int, int]]:
 @dataclass
 class Split:
     """One GPU's window split by state (``states``), and the same minute parts summed by hourly bucket
-    (``hours``) and by holder (``holders``): each adds up exactly to ``states``."""
+    (``hours``) and by holder (``holders``): each adds up exactly to ``states``. ``refined`` holds the
+    refinements (:data:`REFINES`) keyed like ``states`` with the refinement in place of the state, and
+    ``refined_holders`` the same per holder; each is part of its state's ticks, never more."""
 
     states: Counter[Key] = field(default_factory=Counter)
     hours: Counter[HourKey] = field(default_factory=Counter)
     holders: Counter[HolderKey] = field(default_factory=Counter)
+    refined: Counter[Key] = field(default_factory=Counter)
+    refined_holders: Counter[HolderKey] = field(default_factory=Counter)
 
 
 def hour_starts(start: int, end: int) -> list[int]:
@@ -147,6 +198,15 @@ def split_states(
     """Ticks per (state, team, project) of one GPU over ``[start, end)`` (whole minutes); ``codes`` from
     :func:`minute_codes` for the same window; ``down`` the ranges its node was recorded down."""
     return _split(start, end, capacity, pieces, codes, down, detail=False).states
+
+
+def split_refined(
+    *, start: int, end: int, capacity: int, pieces: Sequence[Piece], codes: np.ndarray,
+    down: Iterable[tuple[int, int]] = (),
+) -> Split:
+    """:func:`split_states` with the refinements of busy and idle (``states`` and ``refined`` of the
+    :class:`Split`; no hours, no holders)."""
+    return _split(start, end, capacity, pieces, codes, down, detail=False)
 
 
 def split_detail(
@@ -167,8 +227,11 @@ def _split(start, end, capacity, pieces, codes, down, *, detail: bool) -> Split:
     if minutes == 0:
         return out
     starts = start + MINUTE * np.arange(minutes, dtype=np.int64)
-    covered = codes % BUSY_FLAG
-    busy = codes >= BUSY_FLAG
+    covered = codes & COVERED_MASK
+    busy = (codes & BUSY_FLAG) != 0
+    flags = {kind: (codes & flag) != 0 for kind, flag in
+             ((SM_MEASURED, SM_FLAG), (SHALLOW, SHALLOW_FLAG), (LOW_POWER, LOW_POWER_FLAG), (MEMORY_HELD, MEMORY_FLAG))}
+    flags = {kind: mask for kind, mask in flags.items() if mask.any()}  # most GPUs have no GPM: no work
     down_s = np.zeros(minutes, dtype=np.int64)
     for lo, hi in merge_ranges(down):
         down_s += _overlap_seconds(starts, lo, hi)
@@ -188,6 +251,13 @@ def _split(start, end, capacity, pieces, codes, down, *, detail: bool) -> Split:
             else:
                 by_minute[(state, team_id)] = ticks.copy()
 
+    def refine(kind: str, team_id, project_id, holder, ticks: np.ndarray) -> None:
+        total = int(ticks.sum())
+        if total:
+            out.refined[(kind, team_id, project_id)] += total
+            if detail and holder is not None:
+                out.refined_holders[(holder, kind, team_id, project_id)] += total
+
     unallocated = np.full(minutes, capacity * MINUTE, dtype=np.int64)
     for piece in pieces:
         if piece.end <= start or piece.start >= end:
@@ -200,6 +270,8 @@ def _split(start, end, capacity, pieces, codes, down, *, detail: bool) -> Split:
         team_id, project_id, holder = piece.team_id, piece.project_id, piece.holder
         add(BUSY, team_id, project_id, holder, busy_part)
         add(IDLE, team_id, project_id, holder, measured - busy_part)
+        for kind, mask in flags.items():
+            refine(kind, team_id, project_id, holder, np.where(mask, busy_part if REFINES[kind] == BUSY else measured - busy_part, 0))
         add(UNMEASURED, team_id, project_id, holder, ticks - measured - gone)
         add(DOWN, None, None, None, gone)
     if (unallocated < 0).any():

@@ -42,10 +42,15 @@ What each record field comes from, and the choices made where NVML leaves one op
   Uid and ``job_ref`` from ``<proc_root>/<pid>/cgroup`` (``agents.backends.cgroup``); a pid the agent cannot
   see (another pid namespace) has user and job_ref null. NVML failing to list processes gives ``[]``
   (the record contract has no "unknown" for the list).
+- GPM fields (``sm_active`` … ``pcie_tx_mibs``): ``agents.backends.gpm`` (support asked once per GPU with
+  ``nvmlGpmQueryDeviceSupport``, one ``nvmlGpmSampleGet`` per interval, ``nvmlGpmMetricsGet`` between it and
+  the previous one; null on the first interval, on a GPU without GPM and where NVML refuses).
 
-MIG: a GPU in MIG mode gives its own record (util null, as NVML reports no utilization for it; memory,
-power, energy, temperature, clock, XID and ECC for the whole GPU) and one record per MIG device (uuid
-``MIG-…``, util null, its memory, its processes; every other field null: those are the parent's). Each
+MIG: a GPU in MIG mode gives its own record (util and GPM null, as NVML reports no utilization for it;
+memory, power, energy, temperature, clock, XID and ECC for the whole GPU) and one record per MIG device
+(uuid ``MIG-…``, util null, its memory, its processes, its GPU instance's GPM from ``nvmlGpmMigSampleGet``
+on the parent; every other field null: those are the parent's). Inventory: a MIG device's ``sm_count`` is
+``nvmlDeviceGetAttributes(mig).multiprocessorCount`` (the v2 call), null where NVML refuses. Each
 process is in exactly one record: the MIG device whose GPU/compute instance ids it carries, or the
 parent's when none matches. Without root NVML refuses the aggregate process list of a MIG parent
 (``NoPermission``); then each MIG device is asked for its own.
@@ -81,6 +86,7 @@ from typing import Any
 
 from agents import __version__
 from agents.backends.cgroup import job_ref_from_cgroup
+from agents.backends.gpm import GpmReader
 from agents.records import Record, empty_record
 
 log = logging.getLogger(__name__)
@@ -179,6 +185,7 @@ class NvmlBackend:
         self._device_index: dict[int, int] = {}  # handle address → GPU index, for events
         self._event_set: Any = None
         self._closed = False
+        self._gpm = GpmReader(nvml, field=self._field, mono_clock=mono_clock, gone=(_GpuGone,))
         nvml.nvmlInit()
         try:
             self._event_set = self._call("system", "event set", nvml.nvmlEventSetCreate)
@@ -230,6 +237,7 @@ class NvmlBackend:
                 return
             self._closed = True
             nvml = self._nvml
+            self._gpm.close()
             if self._event_set is not None:
                 with contextlib.suppress(nvml.NVMLError):
                     nvml.nvmlEventSetFree(self._event_set)
@@ -258,6 +266,8 @@ class NvmlBackend:
             self._note(gpu.label, "handle", exc)
             return
         self._fill_static(gpu)
+        with contextlib.suppress(_GpuGone):
+            self._gpm.supported(gpu.uuid, gpu.handle)  # decided (and logged) once, at start
         with contextlib.suppress(_GpuGone):
             if not gpu.xid_registered and self._event_set is not None:
                 events = nvml.nvmlEventTypeXidCriticalError
@@ -352,7 +362,8 @@ class NvmlBackend:
             memory_mib = self._memory(mig.uuid, mig.handle)[1]
             if memory_mib is None and attributes is not None:
                 memory_mib = int(attributes.memorySizeMB)
-            static = {"profile": profile, "memory_mib": memory_mib, "slices": slices}
+            sm_count = int(attributes.multiprocessorCount) if attributes is not None else None
+            static = {"profile": profile, "memory_mib": memory_mib, "slices": slices, "sm_count": sm_count}
             if None not in static.values():
                 gpu.mig_static[mig.uuid] = static
         return {
@@ -363,6 +374,7 @@ class NvmlBackend:
             "memory_mib": static["memory_mib"],
             "slices": static["slices"],
             "total_slices": self._total_slices(gpu),
+            "sm_count": static["sm_count"],
         }
 
     def _total_slices(self, gpu: _Gpu) -> int | None:
@@ -390,6 +402,7 @@ class NvmlBackend:
         record = empty_record(ts=ts, gpu_uuid=gpu.uuid, interval_s=interval_s)
         mig_mode = self._mig_mode(gpu)
         if not mig_mode:
+            record.update(self._gpm.fields(uuid=gpu.uuid, gpu_uuid=gpu.uuid, handle=handle, interval_s=interval_s))
             window = (ts, interval_s, clocks)
             record["util_gpu"], record["util_gpu_max"] = self._utilization(
                 gpu, nvml.NVML_GPU_UTILIZATION_SAMPLES, "utilization samples", window
@@ -406,13 +419,17 @@ class NvmlBackend:
         record["ecc_dbe_count"] = self._ecc_delta(gpu)
         if not mig_mode:
             record["processes"] = self._processes(label, handle) or []
+            self._gpm.retire(gpu.uuid, keep={gpu.uuid})
             return [record]
         migs = self._mig_devices(gpu)
         instance_records = []
         for mig in migs:
             instance = empty_record(ts=ts, gpu_uuid=mig.uuid, interval_s=interval_s)
+            instance.update(self._gpm.fields(uuid=mig.uuid, gpu_uuid=gpu.uuid, handle=handle, interval_s=interval_s,
+                                             gi_id=mig.gi_id, mig=True))
             instance["mem_used_mib"], instance["mem_total_mib"] = self._memory(mig.uuid, mig.handle)
             instance_records.append(instance)
+        self._gpm.retire(gpu.uuid, keep={mig.uuid for mig in migs})
         processes = self._processes(label, handle)
         if processes is None:  # the aggregate list is refused without root in MIG mode: ask each device
             record["processes"] = []
@@ -433,6 +450,7 @@ class NvmlBackend:
         """All-null records for a GPU that is gone (and its MIG devices). The XID count is kept: it
         comes from the event set, not from the GPU, and is often why the GPU is gone (XID 79)."""
         gpu.forget_counters()
+        self._gpm.forget(gpu.uuid)
         records = [empty_record(ts=ts, gpu_uuid=uuid, interval_s=interval_s)
                    for uuid in (gpu.uuid, *(mig.uuid for mig in gpu.migs))]
         records[0]["xid_count"] = xid_count

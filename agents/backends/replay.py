@@ -1,9 +1,12 @@
 """The ``replay`` backend: plays back one node's rows of a generic samples CSV (DESIGN.md §3)
 
-    ts,node,gpu,util_gpu[,mem_used_mib,power_w,interval_s][,gpu_model]
+    ts,node,gpu,util_gpu[,mem_used_mib,power_w,interval_s][,gpu_model][,sm_active,…,pcie_tx_mibs]
 
 Header required; ``ts`` is ISO-8601 with a UTC offset or epoch seconds; ``gpu`` is the GPU's index on
-that node or its UUID. Rows of other nodes are ignored; other columns are ignored.
+that node or its UUID. The NVML GPM fields are optional columns named as the record's fields
+(:data:`agents.records.GPM_FIELDS`: ``sm_active``, ``sm_occupancy``, ``tensor_active``, …,
+``pcie_tx_mibs``), an empty cell or a missing column null, each range-checked as the collector checks
+it (:data:`agents.records.FLOAT_RANGES`). Rows of other nodes are ignored; other columns are ignored.
 
 Each row becomes one record at its own time (rounded to the second, never moved onto the agent's
 interval grid), so replayed records come at irregular times. The sampler therefore drives this
@@ -33,7 +36,7 @@ from typing import Any
 import agents
 from agents.backends.gpu_models import find_model
 from agents.backends.sim import UUID_NAMESPACE
-from agents.records import Record, empty_record
+from agents.records import FLOAT_RANGES, GPM_FIELDS, Record, empty_record
 
 REQUIRED_COLUMNS = ("ts", "node", "gpu", "util_gpu")
 MAX_INFERRED_INTERVAL_S = 300
@@ -157,6 +160,8 @@ class ReplayBackend:
         record["util_gpu"] = _number(cell("util_gpu"), "util_gpu", float, 0, 100)
         record["mem_used_mib"] = _number(cell("mem_used_mib"), "mem_used_mib", int, 0, None)
         record["power_w"] = _number(cell("power_w"), "power_w", float, 0, None)
+        for name in GPM_FIELDS:
+            record[name] = _number(cell(name), name, float, *FLOAT_RANGES[name])
         record["mem_total_mib"] = self._gpus[gpu_uuid]["memory_mib"]
         return ts, record, given
 

@@ -2,22 +2,34 @@
 
 Every value is a pure function of (seed, host, GPU, interval), so the sampler may ask for any past
 interval (an accelerated clock catching up, a restarted agent filling its gap) and always gets the
-same record. Optionally GPU 0 is MIG-partitioned as in the H100 capture (3g + 2g + 1g + 1g of 7
-slices): the GPU's record then has null utilization (and no processes), and each instance has its
-own record with null utilization, power, temperature and clock and the processes running in it,
-as the nvml backend reports them. A node in maintenance (``maintenance=True``) runs no workload.
+same record. Optionally GPU 0 is MIG-partitioned as in the model's capture (gpu_models.py: the H100's
+3g + 2g + 1g + 1g, the H200's 3g split into two compute instances + 2g + 1g + 1g): the GPU's record
+then has null utilization (and no processes), and each MIG device (compute instance) has its own
+record with null utilization, power, temperature and clock, the processes running in it, and the
+memory of its GPU instance (compute instances of one GPU instance share it and report the same), as
+the nvml backend reports them. A node in maintenance (``maintenance=True``) runs no workload.
+
+GPM (records.GPM_FIELDS) on GPM-capable models (H100, H200): a whole GPU's readings from its job
+(sim_workloads.gpm_at). Under MIG, as the nvml backend reports it: the parent's GPM null like its
+utilization; each MIG device carries its GPU instance's percentages (nvmlGpmMigSampleGet samples GPU
+instances: the compute instances of one report the same values, the SM-weighted mean of their jobs'),
+with NVLink and PCIe null here (NVLink is off in MIG mode, as the H200 MIG capture says, and the PCIe
+link is the whole GPU's). Null on the A100 and L40S. The real agent's first interval after a start has
+null GPM (one sample only); the simulator does not copy that, as its records are a pure function of the
+interval and may be asked for in any order.
 """
 
 from __future__ import annotations
 
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import agents
 from agents.backends.gpu_models import TOTAL_SLICES, GpuSpec, MigProfile, find_model
-from agents.backends.sim_workloads import MEM_UTIL_RATIO, Job, job_at, mix, text_key, unit, util_at
-from agents.records import Record, empty_record
+from agents.backends.sim_workloads import MEM_UTIL_RATIO, Job, gpm_at, job_at, mix, text_key, unit, util_at
+from agents.records import GPM_FIELDS, Record, empty_record
 
 # The same namespace and key layout as demo/cluster.py's demo_gpu_uuid, so a simulated node with
 # seed 0 reports the very GPUs the demo data set registered for that hostname.
@@ -40,12 +52,24 @@ def sim_pci_bus_id(index: int) -> str:
 
 @dataclass(frozen=True)
 class _Instance:
-    """A MIG instance of a simulated GPU: its profile, UUID and workload key."""
+    """A MIG device (compute instance) of a simulated GPU: its profile, UUID and workload key, and its
+    part of its GPU instance by SMs (``sm_part``: 1 for a GPU instance with one compute instance)."""
 
     slot: int
     uuid: str
     key: int
     profile: MigProfile
+    sm_part: float
+
+    @property
+    def gpu_fraction(self) -> float:
+        """The share of the whole GPU it runs on (power is drawn by it)."""
+        return self.profile.slices / TOTAL_SLICES * self.sm_part
+
+    @property
+    def memory_part_mib(self) -> int:
+        """The memory its jobs may hold: its SMs' part of the GPU instance's (shared) memory."""
+        return int(self.profile.memory_mib * self.sm_part)
 
 
 @dataclass(frozen=True)
@@ -76,8 +100,12 @@ class SimBackend:
             key = mix(host_key, index)
             instances = ()
             if mig and index == 0:
+                gi_sms: dict[int, int] = {}
+                for profile in spec.mig_layout:
+                    gi_sms[profile.gi_id] = gi_sms.get(profile.gi_id, 0) + profile.sm_count
                 instances = tuple(
-                    _Instance(slot, sim_gpu_uuid(hostname, index, seed, slot), mix(key, 1000 + slot), profile)
+                    _Instance(slot, sim_gpu_uuid(hostname, index, seed, slot), mix(key, 1000 + slot), profile,
+                              profile.sm_count / gi_sms[profile.gi_id])
                     for slot, profile in enumerate(spec.mig_layout)
                 )
             self._gpus.append(_Gpu(index, sim_gpu_uuid(hostname, index, seed), key, instances))
@@ -101,10 +129,11 @@ class SimBackend:
                             "uuid": inst.uuid,
                             "profile": inst.profile.profile,
                             "gi_id": inst.profile.gi_id,
-                            "ci_id": 0,
+                            "ci_id": inst.profile.ci_id,
                             "memory_mib": inst.profile.memory_mib,
                             "slices": inst.profile.slices,
                             "total_slices": TOTAL_SLICES,
+                            "sm_count": inst.profile.sm_count,
                         }
                         for inst in gpu.instances
                     ],
@@ -134,16 +163,19 @@ class SimBackend:
 
     def _sample_whole(self, gpu: _Gpu, ts: int, interval_s: int, points: list[float]) -> Record:
         spec = self.spec
-        utils, mem_utils, powers, jobs = [], [], [], {}
+        utils, mem_utils, powers, gpms, jobs = [], [], [], [], {}
         for t in points:
             job = self._job_at(gpu.key, t)
             util = util_at(job, gpu.key, t) if job else 0.0
             utils.append(util)
             mem_utils.append(util * MEM_UTIL_RATIO[job.kind] if job else 0.0)
             powers.append(_power(spec, [(1.0, util, job is not None)], gpu.key, t))
+            if spec.gpm:
+                gpms.append(gpm_at(job, gpu.key, t, util))
             if job:
                 jobs[job.pid] = job
         record = empty_record(ts=ts, gpu_uuid=gpu.uuid, interval_s=interval_s)
+        record.update(_mean_gpm(gpms, GPM_FIELDS))
         processes = [_process(job, spec.memory_mib) for job in jobs.values()]
         record.update(
             util_gpu=round(sum(utils) / len(utils), 1),
@@ -175,36 +207,59 @@ class SimBackend:
     def _sample_mig(self, gpu: _Gpu, ts: int, interval_s: int, points: list[float]) -> list[Record]:
         spec = self.spec
         powers: list[float] = []
-        used_max = {inst.slot: 0 for inst in gpu.instances}
+        used_max = {inst.profile.gi_id: 0 for inst in gpu.instances}  # by GPU instance: its CIs share it
         jobs: dict[int, dict[int, Job]] = {inst.slot: {} for inst in gpu.instances}
+        gpms: dict[int, list[list[float]]] = {gi: [] for gi in used_max}  # by GPU instance, per point
         for t in points:
-            loads = []
+            loads, used, readings = [], {}, {}
             for inst in gpu.instances:
                 job = self._job_at(inst.key, t)
                 util = util_at(job, inst.key, t) if job else 0.0
-                loads.append((inst.profile.slices / TOTAL_SLICES, util, job is not None))
-                used = inst.profile.base_used_mib + (_job_memory(job, inst.profile.memory_mib) if job else 0)
-                used_max[inst.slot] = max(used_max[inst.slot], used)
+                loads.append((inst.gpu_fraction, util, job is not None))
+                gi = inst.profile.gi_id
+                used[gi] = used.get(gi, inst.profile.base_used_mib) + (_job_memory(job, inst.memory_part_mib) if job else 0)
+                if spec.gpm:  # the GPU instance's: its compute instances' readings weighted by their SMs
+                    reading = readings.setdefault(gi, [0.0] * len(_MIG_GPM_FIELDS))
+                    for i, part in enumerate(gpm_at(job, inst.key, t, util)[: len(_MIG_GPM_FIELDS)]):
+                        reading[i] += inst.sm_part * part
                 if job:
                     jobs[inst.slot][job.pid] = job
+            for gi, mib in used.items():
+                used_max[gi] = max(used_max[gi], mib)
+            for gi, reading in readings.items():
+                gpms[gi].append(reading)
             powers.append(_power(spec, loads, gpu.key, t))
         instance_records = []
         for inst in gpu.instances:
             # As the nvml backend does: each process is listed once, on the record of the MIG
             # instance it runs in (gi_id/ci_id say which), not again on the parent's.
             processes = [
-                {**_process(job, inst.profile.memory_mib), "gi_id": inst.profile.gi_id, "ci_id": 0}
+                {**_process(job, inst.memory_part_mib), "gi_id": inst.profile.gi_id, "ci_id": inst.profile.ci_id}
                 for job in jobs[inst.slot].values()
             ]
             record = empty_record(ts=ts, gpu_uuid=inst.uuid, interval_s=interval_s)
-            record.update(mem_used_mib=used_max[inst.slot], mem_total_mib=inst.profile.memory_mib, processes=processes)
+            record.update(mem_used_mib=used_max[inst.profile.gi_id], mem_total_mib=inst.profile.memory_mib,
+                          processes=processes)
+            record.update(_mean_gpm(gpms[inst.profile.gi_id], _MIG_GPM_FIELDS))
             instance_records.append(record)
-        # The whole GPU: NVML gives no utilization under MIG; memory is the instances' sum.
+        # The whole GPU: NVML gives no utilization under MIG; memory is the GPU instances' sum.
         parent = empty_record(ts=ts, gpu_uuid=gpu.uuid, interval_s=interval_s)
         parent.update(mem_used_mib=sum(used_max.values()), mem_total_mib=spec.memory_mib)
         busy = any(instance["processes"] for instance in instance_records)
         self._fill_power(parent, gpu, ts, interval_s, powers, busy=busy)
         return [parent, *instance_records]
+
+
+# A MIG device's GPM: its GPU instance's percentages (sm_active … fp64_active); NVLink and PCIe null.
+_MIG_GPM_FIELDS = GPM_FIELDS[:7]
+
+
+def _mean_gpm(readings: Sequence[Sequence[float]], fields: tuple[str, ...]) -> dict[str, float]:
+    """The interval's GPM ``fields`` from per-point readings (in the order of ``fields``): the means, as
+    two GPM samples at the interval's ends give them. Empty (the record keeps nulls) without readings."""
+    if not readings:
+        return {}
+    return {name: round(sum(r[i] for r in readings) / len(readings), 1) for i, name in enumerate(fields)}
 
 
 def _job_memory(job: Job, total_mib: int) -> int:

@@ -5,6 +5,13 @@ time, so any past interval can be recomputed and a restarted agent produces the 
 Time is cut into slots of ``SLOT_S`` (offset per key so GPUs do not all change at once). In each
 slot the key and the slot number pick a workload kind; a job of that kind starts a little after
 the slot begins and ends somewhat before it ends, leaving the GPU free in between.
+
+:func:`gpm_at` gives what NVML GPM would read on a GPU running a job: SM activity below the duty
+cycle (``util_gpu`` counts time with any kernel running, SM activity the share of SMs busy: real
+fleets read about 20 points lower, and lower on nearly every GPU), occupancy lower still, tensor pipes
+busy for training and moderately for inference, DRAM busier for (memory-bound) inference, FP16 over
+FP32 and no FP64 for ML, NVLink only for multi-GPU training, a little PCIe. Each job has its own
+ratios, drawn from its key.
 """
 
 from __future__ import annotations
@@ -61,6 +68,7 @@ class Job:
     job_ref: str | None
     period_s: float  # data-starved jobs: the oscillation period
     phase: float
+    traits: int = 0  # a 64-bit key for the job's own GPM ratios (:func:`gpm_at`)
 
 
 @lru_cache(maxsize=16384)
@@ -82,6 +90,7 @@ def _slot_job(key: int, slot: int) -> Job | None:
         job_ref=None if r[6] < 0.12 else f"job_{100_000 + int(r[7] * 900_000)}",
         period_s=60 + 180 * r[8],
         phase=2 * math.pi * r[3],
+        traits=mix(key, slot, 99),
     )
 
 
@@ -112,3 +121,50 @@ def util_at(job: Job, key: int, t: float) -> float:
             return 55 + 40 * unit(key, window, 2) + 5 * noise
         return 4 + 3 * noise
     return 0.0  # allocated but idle: a process holds memory, the SMs do nothing
+
+
+# GPM ratios by kind, each (low, spread) of a uniform draw per job: SM activity per point of duty cycle;
+# occupancy, tensor, DRAM, FP16 and FP32 activity per point of SM activity. A data-starved job is
+# training (its bursts are training steps). A few jobs keep SM activity at the duty cycle (ratio near 1).
+_GPM_RATIOS = {
+    TRAINING: ((0.45, 0.57), (0.35, 0.30), (0.45, 0.35), (0.30, 0.25), (0.45, 0.30), (0.04, 0.10)),
+    INFERENCE: ((0.42, 0.58), (0.25, 0.25), (0.15, 0.25), (0.75, 0.35), (0.15, 0.20), (0.06, 0.12)),
+}
+_GPM_RATIOS[STARVED] = _GPM_RATIOS[TRAINING]
+# Share of the training jobs that span several GPUs (all-reduce over NVLink), by kind.
+_MULTI_GPU = {TRAINING: 0.75, STARVED: 0.5}
+# PCIe with nothing running, MiB/s: the captures' idle "Rx/Tx Throughput" (337 / 371 KB/s on the H200).
+PCIE_IDLE_RX_MIBS, PCIE_IDLE_TX_MIBS = 0.32, 0.35
+GPM_IDLE = (0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, PCIE_IDLE_RX_MIBS, PCIE_IDLE_TX_MIBS)
+
+
+@lru_cache(maxsize=16384)
+def _gpm_traits(job: Job) -> tuple[tuple[float, ...], float, float]:
+    """(the job's ratios in _GPM_RATIOS order, its NVLink MiB/s per direction at 100 % SM activity (0: one
+    GPU), its host-to-device PCIe MiB/s at 100 %)."""
+    ranges = _GPM_RATIOS.get(job.kind)
+    if ranges is None:
+        return (0.0,) * 6, 0.0, 0.0
+    ratios = tuple(low + spread * unit(job.traits, i) for i, (low, spread) in enumerate(ranges))
+    multi = unit(job.traits, 10) < _MULTI_GPU.get(job.kind, 0.0)
+    nvlink = 15_000 + 45_000 * unit(job.traits, 11) if multi else 0.0
+    pcie = (20 + 180 * unit(job.traits, 12)) if job.kind != INFERENCE else (10 + 70 * unit(job.traits, 12))
+    return ratios, nvlink, pcie
+
+
+def gpm_at(job: Job | None, key: int, t: float, util: float) -> tuple[float, ...]:
+    """The GPM readings at ``t`` of a GPU (or MIG instance) running ``job`` at duty cycle ``util`` (%),
+    in ``agents.records.GPM_FIELDS`` order: seven percentages, then NVLink rx/tx and PCIe rx/tx in MiB/s.
+    Nothing running (no job, or 0 %): all 0 but the PCIe background."""
+    if job is None or util <= 0:
+        return GPM_IDLE
+    (sm_ratio, occupancy, tensor, dram, fp16, fp32), nvlink, pcie = _gpm_traits(job)
+    noise = 2 * unit(key, int(t), 11) - 1
+    sm = min(100.0, max(0.0, util * sm_ratio + 2 * noise))
+    busy = sm / 100
+    link = nvlink * busy * (1 + 0.05 * noise)
+    rx = pcie * busy * (1 + 0.2 * noise)
+    return (
+        sm, sm * occupancy, sm * tensor, min(100.0, sm * dram), sm * fp16, sm * fp32, 0.0,
+        link, link * (1 - 0.02 * noise), PCIE_IDLE_RX_MIBS + rx, PCIE_IDLE_TX_MIBS + 0.3 * rx,
+    )

@@ -1,9 +1,10 @@
 """Fill the inventory from an agent's ``/v1/inventory``: new GPUs registered, missing ones marked
-``missing`` (never deleted), MIG instances as child GPUs with their share of the parent."""
+``missing`` (never deleted), MIG instances as child GPUs with their share of the parent
+(:func:`mig_shares`)."""
 
 from __future__ import annotations
 
-from collections import Counter
+from collections import defaultdict
 from fractions import Fraction
 
 from django.db import transaction
@@ -129,13 +130,7 @@ def inventory_apply(node: Node, inventory: dict) -> dict[str, int]:
         )
         counts["added" if created else "updated"] += 1
         migs = [m for m in gpu_info.get("mig_instances") or [] if isinstance(m.get("uuid"), str)]
-        # Every compute instance of one GPU instance reports the GPU instance's slices: split them,
-        # so the instances of a GPU never add up to more than the GPU.
-        per_gi = Counter(m.get("gi_id") for m in migs)
-        for mig in migs:
-            slices, total = mig.get("slices"), mig.get("total_slices")
-            fraction = Fraction(slices, total * per_gi[mig.get("gi_id")]) if slices and total else Fraction(1, 7)
-            share = share_from_fraction(fraction)
+        for mig, share in zip(migs, mig_shares(migs), strict=True):
             _mig, created = Gpu.objects.update_or_create(
                 uuid=mig["uuid"],
                 defaults={
@@ -146,6 +141,52 @@ def inventory_apply(node: Node, inventory: dict) -> dict[str, int]:
             )
             counts["added" if created else "updated"] += 1
     return counts
+
+
+def mig_shares(instances: list[dict]) -> list[int]:
+    """The share (ticks per second, core/units.py) of each MIG instance of one GPU, in order, from the
+    inventory's ``gi_id``, ``slices``, ``total_slices`` and ``sm_count``.
+
+    A GPU instance holds ``slices / total_slices`` of the GPU (1/7 when the agent does not say). Every
+    compute instance of it reports the GPU instance's slices, so that share is split between them in
+    proportion to their ``sm_count`` (``1c.3g`` 16 and ``2c.3g`` 32 SMs: 1/3 and 2/3 of the 3g's 3/7),
+    equally when any of them lacks one. Shares are whole ticks: each part is rounded down and the ticks
+    left go to the largest remainders, so the parts add up to exactly the GPU instance's share, and the
+    instances of a GPU never to more than :data:`WHOLE_GPU_SHARE` (a bogus inventory whose GPU instances
+    claim more is scaled down to it)."""
+    members: dict[object, list[int]] = defaultdict(list)  # gi_id → positions of its compute instances
+    for position, instance in enumerate(instances):
+        members[instance.get("gi_id")].append(position)
+    shares = [0] * len(instances)
+    gi_shares = {gi: _gi_share(instances[positions[0]]) for gi, positions in members.items()}
+    if sum(gi_shares.values()) > WHOLE_GPU_SHARE:
+        gi_shares = dict(zip(gi_shares, _split(WHOLE_GPU_SHARE, list(gi_shares.values())), strict=True))
+    for gi, positions in members.items():
+        sm_counts = [instances[p].get("sm_count") for p in positions]
+        known = all(isinstance(n, int) and not isinstance(n, bool) and n > 0 for n in sm_counts)
+        for position, part in zip(positions, _split(gi_shares[gi], sm_counts if known else [1] * len(positions)),
+                                  strict=True):
+            shares[position] = max(1, part)  # a share is at least one tick (gpu_share_within_one_gpu)
+    return shares
+
+
+def _gi_share(instance: dict) -> int:
+    """A GPU instance's share from one of its compute instances' ``slices / total_slices`` (rounded down)."""
+    slices, total = instance.get("slices"), instance.get("total_slices")
+    if isinstance(slices, int) and isinstance(total, int) and 0 < slices <= total:
+        return WHOLE_GPU_SHARE * slices // total
+    return share_from_fraction(Fraction(1, 7))
+
+
+def _split(total: int, weights: list[int]) -> list[int]:
+    """``total`` in whole parts proportional to ``weights`` (positive), adding up to exactly ``total``:
+    each part rounded down, the rest one each to the largest remainders (the first of equal ones)."""
+    whole = sum(weights)
+    parts = [total * weight // whole for weight in weights]
+    order = sorted(range(len(weights)), key=lambda i: (-(total * weights[i] % whole), i))
+    for i in order[: total - sum(parts)]:
+        parts[i] += 1
+    return parts
 
 
 def _reported_uuids(inventory: dict) -> set[str]:

@@ -10,7 +10,7 @@ from cluster.inventory.filters import FIRST_DAY, NodeDayForm, NodeFilterForm, no
 from cluster.inventory.holders import HolderState, attach_holders
 from cluster.inventory.selectors import inventory_summary
 from cluster.telemetry import charts
-from cluster.telemetry.selectors import node_day_series, node_gpu_labels, node_health, still_filling_from
+from cluster.telemetry.selectors import gpu_activity, node_day_series, node_gpu_labels, node_health, still_filling_from
 from core.timeutils import business_day_bounds, business_today, epoch_ms
 
 HEATMAP_BUCKET_MINUTES = 10
@@ -62,6 +62,7 @@ def node_detail(request, hostname: str):
         "text": text,
     }
     largest_mib = max((gpu.memory_mib for gpu in node.whole_gpus), default=0)
+    activity = gpu_activity(labels, day_start, day_end)
     minutes = {"minutes": HEATMAP_BUCKET_MINUTES}
     return render(request, "cluster/node_detail.html", {
         "node": node,
@@ -77,6 +78,7 @@ def node_detail(request, hostname: str):
         "legend": _legend(),
         "gpu_rows": [row for gpu in node.whole_gpus for row in (gpu, *gpu.slices)],
         "bucket_minutes": HEATMAP_BUCKET_MINUTES,
+        "activity_rows": [(label, activity.get(gpu_id)) for gpu_id, label in labels.items()],
         "utilization_chart": charts.utilization_heatmap(
             series, title=gettext("How busy was each GPU? Mean utilization per %(minutes)s minutes") % minutes,
             **common,

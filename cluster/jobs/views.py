@@ -33,7 +33,7 @@ from cluster.jobs.selectors import (
 )
 from cluster.models import Job, JobState
 from cluster.telemetry import charts
-from cluster.telemetry.selectors import still_filling_from
+from cluster.telemetry.selectors import gpu_activity, mean_activity, still_filling_from
 from core.timeutils import epoch_ms
 from core.units import TICKS_PER_GPU_SECOND
 
@@ -162,6 +162,7 @@ def job_detail(request, pk: int):
     for allocation in allocations:
         allocation.gpus_text = gpus_text(allocation.share)
     window = job_window(job, now=now)
+    activity = _job_activity(allocations, window)
     chart = charts.job_utilization_figure(
         usage, title=gettext("Utilization of the job's GPUs"), idle_threshold_pct=threshold,
         threshold_label=gettext("idle below %(pct)s %%") % {"pct": f"{threshold:g}"},
@@ -196,4 +197,22 @@ def job_detail(request, pk: int):
         },
         "idle_threshold_pct": f"{threshold:g}",
         "utilization_chart": chart,
+        **activity,
     })
+
+
+def _job_activity(allocations, window) -> dict:
+    """GPU %, SM activity and occupancy of the job's GPUs over its run, per GPU and for the job (each GPU
+    weighted by its measured minutes times its share), for the page to show side by side."""
+    placed = {a.gpu_id: a for a in allocations if a.gpu_id}
+    if window is None or not placed:
+        return {"activity": None, "activity_rows": []}
+    start, end = window
+    per_gpu = gpu_activity(placed, start.replace(second=0, microsecond=0), end)
+    rows = []
+    for gpu_id, allocation in placed.items():
+        gpu = allocation.gpu
+        label = gettext("%(node)s · GPU %(index)s") % {"node": gpu.node.hostname, "index": gpu.index}
+        rows.append((f"{label} · {gpu.mig_profile}" if gpu.mig_profile else label, per_gpu.get(gpu_id)))
+    shares = {gpu_id: allocation.share / TICKS_PER_GPU_SECOND for gpu_id, allocation in placed.items()}
+    return {"activity": mean_activity(per_gpu.values(), shares), "activity_rows": rows}

@@ -2,6 +2,14 @@
 and upsert path as collection (cluster.telemetry.ingest). Unknown nodes and GPUs are created; the age and
 unknown-GPU rules of collection do not apply to imports.
 
+    ts,node,gpu,util_gpu[,mem_used_mib,power_w,interval_s][,gpu_model][,sm_active,…,pcie_tx_mibs]
+
+The NVML GPM fields are optional columns named as the record's fields (:data:`agents.records.GPM_FIELDS`:
+``sm_active``, ``sm_occupancy``, ``tensor_active``, ``dram_active``, ``fp16_active``, ``fp32_active``,
+``fp64_active`` in percent, ``nvlink_rx_mibs``, ``nvlink_tx_mibs``, ``pcie_rx_mibs``, ``pcie_tx_mibs`` in
+MiB/s), as the agent's replay backend reads them: an empty cell or a missing column is null (never 0), a
+value outside :data:`agents.records.FLOAT_RANGES` rejects its row. Other columns are ignored.
+
 Every row is checked in Python before anything is created for it (times in the supported window,
 numbers finite and in the ranges ingest enforces, the GPU a known one or one that may be created), so a
 rejected row creates no node, GPU or GPU model; what is left to the database (a row repeating a stored
@@ -29,7 +37,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from agents.backends.replay import median_gap_interval, parse_time, replay_gpu_uuid
-from agents.records import FLOAT_RANGES, INT_RANGES, INTERVAL_S_RANGE
+from agents.records import FLOAT_RANGES, GPM_FIELDS, INT_RANGES, INTERVAL_S_RANGE
 from cluster.choices import GpuStatus
 from cluster.inventory.models import hostname_validator
 from cluster.inventory.sync import GpuModelNames
@@ -133,6 +141,7 @@ class _Row:
     power_w: float | None
     interval_s: int | None
     gpu_model: str
+    gpm: dict[str, float] = field(default_factory=dict)  # the GPM fields the row gives (blank cells left out)
     uuid: str = ""  # the GPU's, once resolved
 
 
@@ -180,6 +189,7 @@ def _parse(line: int, raw: dict) -> _Row:
         power_w=_number(cell("power_w"), "power_w", float),
         interval_s=_number(cell("interval_s"), "interval_s", int),
         gpu_model=gpu_model,
+        gpm={name: value for name in GPM_FIELDS if (value := _number(cell(name), name, float)) is not None},
     )
     shortest, longest = INTERVAL_S_RANGE
     if row.interval_s is not None and not shortest <= row.interval_s <= longest:
@@ -275,6 +285,7 @@ def _json_lines(rows: list[_Row]) -> list[bytes]:
             "mem_used_mib": row.mem_used_mib, "power_w": row.power_w,
             # As the replay backend does: energy of the interval from its mean power.
             "energy_j": round(row.power_w * interval, 3) if row.power_w is not None else None,
+            **row.gpm,  # a field left out is stored null
         }
         lines.append(json.dumps(record, separators=(",", ":")).encode() + b"\n")
     return lines

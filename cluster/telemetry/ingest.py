@@ -169,8 +169,6 @@ CHECKED_CHECKED = f"""
     ) typed
 """
 
-SAMPLE_COLUMNS = ("gpu_id", "ts", *VALUE_COLUMNS, "processes")
-
 
 def _ingest_sql(checked: str) -> str:
     return f"""

@@ -30,6 +30,19 @@ class Sample(models.Model):
     xid_count = models.IntegerField(null=True)
     ecc_dbe_count = models.IntegerField(null=True)
     processes = models.JSONField(null=True)
+    # NVML GPM (agents/records.py GPM_FIELDS): percent 0–100, then MiB/s; null where the device has none.
+    # Added after the table grew, nullable with no default: adding them rewrites nothing.
+    sm_active = models.FloatField(null=True)
+    sm_occupancy = models.FloatField(null=True)
+    tensor_active = models.FloatField(null=True)
+    dram_active = models.FloatField(null=True)
+    fp16_active = models.FloatField(null=True)
+    fp32_active = models.FloatField(null=True)
+    fp64_active = models.FloatField(null=True)
+    nvlink_rx_mibs = models.FloatField(null=True)
+    nvlink_tx_mibs = models.FloatField(null=True)
+    pcie_rx_mibs = models.FloatField(null=True)
+    pcie_tx_mibs = models.FloatField(null=True)
 
     class Meta:
         verbose_name = _("sample")
@@ -62,6 +75,22 @@ class RollupFields(models.Model):
     covered_s = models.IntegerField(help_text=_("Seconds of the bucket covered by any record."))
     util_covered_s = models.IntegerField(help_text=_("Seconds covered by records with a utilization."))
     sample_count = models.IntegerField(help_text=_("Records overlapping the bucket."))
+    # Means of the NVML GPM fields, each over the seconds owned by records that have it (rollup_math).
+    sm_active_mean = models.FloatField(null=True, help_text=_("Mean SM activity (percent)."))
+    sm_occupancy_mean = models.FloatField(null=True, help_text=_("Mean SM occupancy (percent)."))
+    tensor_active_mean = models.FloatField(null=True, help_text=_("Mean tensor pipe activity (percent)."))
+    dram_active_mean = models.FloatField(null=True, help_text=_("Mean DRAM bandwidth used (percent of peak)."))
+    fp16_active_mean = models.FloatField(null=True, help_text=_("Mean FP16 pipe activity (percent)."))
+    fp32_active_mean = models.FloatField(null=True, help_text=_("Mean FP32 pipe activity (percent)."))
+    fp64_active_mean = models.FloatField(null=True, help_text=_("Mean FP64 pipe activity (percent)."))
+    nvlink_rx_mibs_mean = models.FloatField(null=True, help_text=_("Mean NVLink received (MiB/s)."))
+    nvlink_tx_mibs_mean = models.FloatField(null=True, help_text=_("Mean NVLink sent (MiB/s)."))
+    pcie_rx_mibs_mean = models.FloatField(null=True, help_text=_("Mean PCIe received (MiB/s)."))
+    pcie_tx_mibs_mean = models.FloatField(null=True, help_text=_("Mean PCIe sent (MiB/s)."))
+    # A database default too, so rows written in raw SQL without it (bench, demo) still insert.
+    gpm_covered_s = models.IntegerField(
+        default=0, db_default=0, help_text=_("Seconds covered by records with an SM activity (GPM)."),
+    )
 
     class Meta:
         abstract = True

@@ -15,9 +15,11 @@ The rules, shared with the SQL:
   ``covered_s`` is the length of the union of the records' intervals within the bucket, never more
   than the bucket; means and energy use owned seconds only. Ownership does not depend on the bucket
   size, which is what makes hours built from minutes equal hours built from raw.
-- **Weighted fields.** ``util_mean``, ``util_mem_mean`` and ``power_mean_w`` are means over the seconds
-  owned by records that have the field (null when there are none); ``util_covered_s`` is the
-  seconds owned by records with a ``util_gpu``. ``energy_j`` is each record's energy times
+- **Weighted fields.** ``util_mean``, ``util_mem_mean``, ``power_mean_w`` and the GPM means
+  (``<field>_mean`` of each of ``agents.records.GPM_FIELDS``: ``sm_active_mean`` … ``pcie_tx_mibs_mean``)
+  are means over the seconds owned by records that have the field (null when there are none);
+  ``util_covered_s`` is the seconds owned by records with a ``util_gpu``, ``gpm_covered_s`` those owned
+  by records with an ``sm_active``. ``energy_j`` is each record's energy times
   owned seconds / ``interval_s`` (null when no record with energy owns a second of the bucket).
 - **Max fields** (``util_max``: ``util_gpu_max``, else ``util_gpu``; ``mem_used_max_mib``,
   ``temp_max_c``) and ``sample_count`` take every record overlapping the bucket, owner or not.
@@ -25,7 +27,7 @@ The rules, shared with the SQL:
   second ``ts - 1`` (the bucket ``b`` with ``b < ts <= b + bucket_s``), so they are never split.
 
 **Hours from minutes** (:func:`hour_rollups_from_minutes`): seconds, energy and events are sums, max
-fields are maxima, ``util_mean`` is weighted by ``util_covered_s``. Compared with an hour computed
+fields are maxima, ``util_mean`` is weighted by ``util_covered_s`` and the GPM means by ``gpm_covered_s``. Compared with an hour computed
 from raw records (:func:`bucket_rollups` with 3600 s), these are equal in general, up to float
 rounding. Two are not, because a minute row does not keep what they would need:
 
@@ -36,6 +38,14 @@ rounding. Two are not, because a minute row does not keep what they would need:
   ``covered_s`` for a minute with no utilization), which is exact when, within each minute, the field
   is known on exactly the records that have a utilization (they come from the same NVML reads; a
   failed read loses all of them) or, on a GPU that never reports utilization (MIG), on all records.
+- the GPM means are weighted by ``gpm_covered_s``, which is exact when, within each minute, the field
+  is known on exactly the records that have an ``sm_active``, or on none of them (the minute then has
+  no mean for it and weighs nothing). The GPM fields of one record come from the same pair of GPM
+  samples, so they are known together (a device without GPM, the agent's first interval, a refused
+  GPM read lose all of them), except when one metric's own return code failed: a minute where that
+  metric is known on some of its ``sm_active`` records but not all weighs its mean by seconds that
+  include the ones without it. A minute with no ``sm_active`` at all (``gpm_covered_s`` 0) gives its
+  hour none of its other GPM means.
 """
 
 from __future__ import annotations
@@ -44,8 +54,12 @@ from collections import defaultdict
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 
+from agents.records import GPM_FIELDS
+
 MINUTE_S = 60
 HOUR_S = 3600
+GPM_COVERAGE_FIELD = "sm_active"  # the GPM field whose owned seconds are gpm_covered_s
+GPM_MEANS = tuple(f"{name}_mean" for name in GPM_FIELDS)  # the rollup column of each GPM field
 
 BucketKey = tuple[int, int]  # (gpu_id, bucket start in epoch seconds)
 
@@ -66,6 +80,17 @@ class SampleRecord:
     temp_c: int | None = None
     xid_count: int | None = None
     ecc_dbe_count: int | None = None
+    sm_active: float | None = None
+    sm_occupancy: float | None = None
+    tensor_active: float | None = None
+    dram_active: float | None = None
+    fp16_active: float | None = None
+    fp32_active: float | None = None
+    fp64_active: float | None = None
+    nvlink_rx_mibs: float | None = None
+    nvlink_tx_mibs: float | None = None
+    pcie_rx_mibs: float | None = None
+    pcie_tx_mibs: float | None = None
 
     @property
     def start(self) -> int:
@@ -88,6 +113,18 @@ class RollupValues:
     temp_max_c: int | None = None
     xid_count: int = 0
     ecc_dbe_count: int = 0
+    gpm_covered_s: int = 0
+    sm_active_mean: float | None = None
+    sm_occupancy_mean: float | None = None
+    tensor_active_mean: float | None = None
+    dram_active_mean: float | None = None
+    fp16_active_mean: float | None = None
+    fp32_active_mean: float | None = None
+    fp64_active_mean: float | None = None
+    nvlink_rx_mibs_mean: float | None = None
+    nvlink_tx_mibs_mean: float | None = None
+    pcie_rx_mibs_mean: float | None = None
+    pcie_tx_mibs_mean: float | None = None
 
 
 def floor_to(epoch_s: int, bucket_s: int) -> int:
@@ -141,6 +178,14 @@ def _max(current, value):
     return value if current is None else max(current, value)
 
 
+def _gpm_weights() -> dict[str, _Weighted]:
+    return {name: _Weighted() for name in GPM_FIELDS}
+
+
+def _gpm_means(gpm: Mapping[str, _Weighted]) -> dict[str, float | None]:
+    return {f"{name}_mean": weighted.mean() for name, weighted in gpm.items()}
+
+
 def _add(current: float | None, value: float | None) -> float | None:
     if value is None:
         return current
@@ -156,6 +201,7 @@ class _Bucket:
     util: _Weighted = field(default_factory=_Weighted)
     util_mem: _Weighted = field(default_factory=_Weighted)
     power: _Weighted = field(default_factory=_Weighted)
+    gpm: dict[str, _Weighted] = field(default_factory=_gpm_weights)
     energy_j: float | None = None
     util_max: float | None = None
     mem_used_max_mib: int | None = None
@@ -179,6 +225,8 @@ class _Bucket:
         self.util.add(record.util_gpu, seconds)
         self.util_mem.add(record.util_mem, seconds)
         self.power.add(record.power_w, seconds)
+        for name, weighted in self.gpm.items():
+            weighted.add(getattr(record, name), seconds)
         if record.energy_j is not None:
             self.energy_j = _add(self.energy_j, record.energy_j * seconds / record.interval_s)
 
@@ -192,6 +240,7 @@ class _Bucket:
             util_mean=self.util.mean(), util_max=self.util_max, util_mem_mean=self.util_mem.mean(),
             mem_used_max_mib=self.mem_used_max_mib, power_mean_w=self.power.mean(), energy_j=self.energy_j,
             temp_max_c=self.temp_max_c, xid_count=self.xid_count, ecc_dbe_count=self.ecc_dbe_count,
+            gpm_covered_s=self.gpm[GPM_COVERAGE_FIELD].seconds, **_gpm_means(self.gpm),
         )
 
 
@@ -221,8 +270,8 @@ def aux_weight_s(values: RollupValues) -> int:
 
 def combine(parts: Iterable[RollupValues]) -> RollupValues:
     """One rollup from the rollups of the smaller buckets that tile it (minutes → hour)."""
-    util, util_mem, power = _Weighted(), _Weighted(), _Weighted()
-    covered_s = sample_count = xid_count = ecc_dbe_count = 0
+    util, util_mem, power, gpm = _Weighted(), _Weighted(), _Weighted(), _gpm_weights()
+    covered_s = sample_count = xid_count = ecc_dbe_count = gpm_covered_s = 0
     energy_j = util_max = mem_used_max_mib = temp_max_c = None
     for part in parts:
         covered_s += part.covered_s
@@ -232,6 +281,9 @@ def combine(parts: Iterable[RollupValues]) -> RollupValues:
         util.add(part.util_mean, part.util_covered_s)
         util_mem.add(part.util_mem_mean, aux_weight_s(part))
         power.add(part.power_mean_w, aux_weight_s(part))
+        gpm_covered_s += part.gpm_covered_s
+        for name, weighted in gpm.items():
+            weighted.add(getattr(part, f"{name}_mean"), part.gpm_covered_s)
         energy_j = _add(energy_j, part.energy_j)
         util_max = _max(util_max, part.util_max)
         mem_used_max_mib = _max(mem_used_max_mib, part.mem_used_max_mib)
@@ -241,6 +293,7 @@ def combine(parts: Iterable[RollupValues]) -> RollupValues:
         util_mean=util.mean(), util_max=util_max, util_mem_mean=util_mem.mean(),
         mem_used_max_mib=mem_used_max_mib, power_mean_w=power.mean(), energy_j=energy_j,
         temp_max_c=temp_max_c, xid_count=xid_count, ecc_dbe_count=ecc_dbe_count,
+        gpm_covered_s=gpm_covered_s, **_gpm_means(gpm),
     )
 
 

@@ -29,6 +29,7 @@ from django.conf import settings
 from django.db import connection, transaction
 from django.utils import timezone
 
+from agents.records import GPM_FIELDS
 from cluster.models import DirtyBucket, Gpu, GpuModel, HourRollup, MinuteRollup, Node, RollupLevel, Sample
 from cluster.telemetry.dirty_marks import (
     EPOCH,
@@ -40,6 +41,7 @@ from cluster.telemetry.dirty_marks import (
     insert_samples_marking_dirty,
     mark_dirty_range,
 )
+from cluster.telemetry.rollup_math import GPM_COVERAGE_FIELD, GPM_MEANS
 
 SAMPLE = Sample._meta.db_table
 DIRTY = DirtyBucket._meta.db_table
@@ -52,6 +54,10 @@ ROLLUP_COLUMNS = (
     "gpu_id", "bucket", "util_mean", "util_max", "util_mem_mean", "mem_used_max_mib", "power_mean_w",
     "energy_j", "temp_max_c", "xid_count", "ecc_dbe_count", "covered_s", "util_covered_s", "sample_count",
 )
+# The NVML GPM means and their seconds (issue 16). Kept apart from ROLLUP_COLUMNS, which other writers
+# fill positionally (demo/telemetry.py): a row written without them has no GPM means and gpm_covered_s 0.
+GPM_ROLLUP_COLUMNS = (*GPM_MEANS, "gpm_covered_s")
+WRITTEN_COLUMNS = (*ROLLUP_COLUMNS, *GPM_ROLLUP_COLUMNS)  # what a recompute writes
 
 
 # --- Recomputing claimed buckets --------------------------------------------------------------------
@@ -74,6 +80,13 @@ _CLAIMED = """
         SELECT * FROM unnest(%(gpu_ids)s::bigint[], %(buckets)s::timestamptz[]) AS c(gpu_id, bucket)
     )"""
 
+# Each GPM field's mean over the seconds owned by records that have it, as util_mean's (rollup_math).
+_GPM_MINUTE_MEANS = "".join(
+    f"sum({name} * own_s) / nullif(sum(own_s) FILTER (WHERE {name} IS NOT NULL), 0) AS {name}_mean,\n"
+    for name in GPM_FIELDS
+)
+_GPM_PIECE_COLUMNS = "".join(f", s.{name}" for name in GPM_FIELDS)
+
 # Consecutive claimed minutes of a GPU form a run, read from raw in one index range scan of the
 # (gpu_id, ts) primary key; reading MAX_INTERVAL_S past the run finds the records that start inside
 # it and end later. LATERAL … OFFSET 0 keeps that a per-run index scan whatever the statistics say
@@ -91,7 +104,7 @@ _MINUTE_SOURCE = f"""
     pieces AS (
         SELECT s.gpu_id, m.bucket, date_part('epoch', m.bucket) AS b, s.e, s.e - s.interval_s AS st,
                s.interval_s, s.util_gpu, s.util_gpu_max, s.util_mem, s.mem_used_mib, s.power_w, s.energy_j,
-               s.temp_c, s.xid_count, s.ecc_dbe_count
+               s.temp_c, s.xid_count, s.ecc_dbe_count{_GPM_PIECE_COLUMNS}
         FROM runs r
         CROSS JOIN LATERAL (
             SELECT s.*, date_part('epoch', s.ts) AS e FROM {SAMPLE} s
@@ -128,14 +141,23 @@ _MINUTE_SOURCE = f"""
             coalesce(sum(ecc_dbe_count) FILTER (WHERE e <= b + 60), 0) AS ecc_dbe_count,
             round(sum(own_s))::int AS covered_s,
             coalesce(round(sum(own_s) FILTER (WHERE util_gpu IS NOT NULL)), 0)::int AS util_covered_s,
+            {_GPM_MINUTE_MEANS}
+            coalesce(round(sum(own_s) FILTER (WHERE {GPM_COVERAGE_FIELD} IS NOT NULL)), 0)::int AS gpm_covered_s,
             count(*) AS sample_count
         FROM owned
         GROUP BY gpu_id, bucket
     )"""  # noqa: S608 (only module constants are interpolated)
 
+_GPM_HOUR_MEANS = "".join(
+    f"sum({mean} * gpm_covered_s ORDER BY minute) / nullif(sum(gpm_covered_s) FILTER (WHERE {mean} IS NOT NULL), 0)"
+    f" AS {mean},\n"
+    for mean in GPM_MEANS
+)
+
 # An hour from its minutes (rollup_math.combine): sums of seconds, energy and counts, maxima, and
-# means weighted by util_covered_s, or for util_mem and power by rollup_math.aux_weight_s. Float sums
-# run in minute order so that recomputing gives the same bits whatever plan reads the minutes.
+# means weighted by util_covered_s, the GPM means by gpm_covered_s, util_mem and power by
+# rollup_math.aux_weight_s. Float sums run in minute order so that recomputing gives the same bits
+# whatever plan reads the minutes.
 _HOUR_SOURCE = f"""
     minutes AS (
         SELECT c.bucket AS hour, m.bucket AS minute, m.*,
@@ -163,6 +185,8 @@ _HOUR_SOURCE = f"""
             sum(ecc_dbe_count) AS ecc_dbe_count,
             sum(covered_s) AS covered_s,
             sum(util_covered_s) AS util_covered_s,
+            {_GPM_HOUR_MEANS}
+            sum(gpm_covered_s) AS gpm_covered_s,
             sum(sample_count) AS sample_count
         FROM minutes
         GROUP BY gpu_id, hour
@@ -201,8 +225,8 @@ _COUNTS = """
 def _process_sql(level: str) -> str:
     """The statement that recomputes the claimed buckets, writes them and (minutes) marks their hours."""
     minute = level == RollupLevel.MINUTE.value
-    columns = ", ".join(ROLLUP_COLUMNS)
-    updates = ", ".join(f"{c} = EXCLUDED.{c}" for c in ROLLUP_COLUMNS[2:])
+    columns = ", ".join(WRITTEN_COLUMNS)
+    updates = ", ".join(f"{c} = EXCLUDED.{c}" for c in WRITTEN_COLUMNS[2:])
     table = MINUTES if minute else HOURS
     parts = [_CLAIMED, _MINUTE_SOURCE if minute else _HOUR_SOURCE]
     parts.append(_WRITE.format(table=table, columns=columns, updates=updates))
@@ -318,8 +342,8 @@ def _delete_before(table: str, column: str, cutoff: datetime, batch: int) -> int
 
 def bench_rollup(n_records: int = 1_000_000, *, gpus: int = 1000, interval_s: int = 10,
                  batch: int = DEFAULT_BATCH) -> dict:
-    """Time storing ``n_records`` synthetic samples (``gpus`` GPUs, one record every ``interval_s``) with
-    their dirty marks, and rolling them up; everything runs in one transaction that is rolled back,
+    """Time storing ``n_records`` synthetic samples (``gpus`` GPUs, one record every ``interval_s``, every
+    field known, the GPM ones too, as on a Hopper GPU) with their dirty marks, and rolling them up; everything runs in one transaction that is rolled back,
     so the database is left as it was. Returns counts, seconds and rates."""
     per_gpu = -(-n_records // gpus)
     start = datetime(2026, 1, 1, tzinfo=UTC)
@@ -335,7 +359,11 @@ def bench_rollup(n_records: int = 1_000_000, *, gpus: int = 1000, interval_s: in
             SELECT g.id, %(start)s + k * %(interval)s * interval '1 second', %(interval)s,
                    (g.id * 7 + k * 13) %% 101, NULL::float8, (g.id + k) %% 50, 40000 + k %% 1000, 81920,
                    300 + (g.id + k) %% 200, (300 + (g.id + k) %% 200) * %(interval)s, 60, 1980,
-                   (k %% 5000 = 0)::int, 0, NULL::jsonb
+                   (k %% 5000 = 0)::int, 0, NULL::jsonb,
+                   -- the GPM fields (Hopper): sm_active … fp64_active percent, then NVLink and PCIe MiB/s
+                   (g.id * 7 + k * 13) %% 101 * 0.9, (g.id + k * 3) %% 70, (g.id * 3 + k) %% 90, (g.id + k) %% 80,
+                   (k * 7) %% 40, (g.id + k * 11) %% 60, k %% 5, 1000 + (g.id * 31 + k) %% 90000,
+                   1000 + (g.id * 17 + k) %% 90000, 100 + (g.id + k * 5) %% 20000, 100 + (g.id * 5 + k) %% 20000
             FROM unnest(%(gpu_ids)s::bigint[]) AS g(id) CROSS JOIN generate_series(1, %(per_gpu)s) AS k
             LIMIT %(n)s
         """

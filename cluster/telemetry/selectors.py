@@ -153,3 +153,74 @@ def node_health(node: Node) -> NodeHealth:
         status_history=history,
         open_alerts=alerts,
     )
+
+
+@dataclass(frozen=True)
+class GpuActivity:
+    """One GPU's means over a window (issue 16): the duty cycle (``util_pct``: a kernel ran) beside SM
+    activity, SM occupancy, tensor and DRAM activity (NVML GPM). A mean is None where no minute had it: a
+    GPU without GPM has no SM data, never 0 %."""
+
+    gpu_id: int
+    util_pct: float | None
+    sm_active_pct: float | None
+    sm_occupancy_pct: float | None
+    tensor_active_pct: float | None
+    dram_active_pct: float | None
+    measured_minutes: int
+    sm_minutes: int
+
+    @property
+    def no_sm_data(self) -> bool:
+        return self.sm_active_pct is None
+
+
+_GPM_MEANS = ("sm_active", "sm_occupancy", "tensor_active", "dram_active")
+
+
+def gpu_activity(gpu_ids: Iterable[int], start: datetime, end: datetime) -> dict[int, GpuActivity]:
+    """Each GPU's :class:`GpuActivity` over the minutes of ``[start, end)`` from its minute rollups, each mean
+    weighted by the seconds it covers (``util_covered_s``, ``gpm_covered_s``), in one query."""
+    ids = list(gpu_ids)
+    if not ids:
+        return {}
+    gpm = ", ".join(
+        f"sum({name}_mean * gpm_covered_s) FILTER (WHERE {name}_mean IS NOT NULL)"
+        f" / nullif(sum(gpm_covered_s) FILTER (WHERE {name}_mean IS NOT NULL), 0)"
+        for name in _GPM_MEANS
+    )
+    sql = f"""
+        SELECT gpu_id,
+               sum(util_mean * util_covered_s) FILTER (WHERE util_mean IS NOT NULL)
+                 / nullif(sum(util_covered_s) FILTER (WHERE util_mean IS NOT NULL), 0),
+               {gpm},
+               count(*) FILTER (WHERE util_covered_s > 0), count(*) FILTER (WHERE sm_active_mean IS NOT NULL AND gpm_covered_s > 0)
+        FROM {MinuteRollup._meta.db_table}
+        WHERE gpu_id = ANY(%s) AND bucket >= %s AND bucket < %s
+        GROUP BY gpu_id
+    """  # noqa: S608 (names from model metadata; values are bound)
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [ids, start, end])
+        rows = cursor.fetchall()
+    return {row[0]: GpuActivity(row[0], *row[1:]) for row in rows}
+
+
+def mean_activity(activities: Iterable[GpuActivity], weights: Mapping[int, float] | None = None) -> GpuActivity | None:
+    """The activities of several GPUs as one (a job's), each GPU's means weighted by its measured minutes
+    (times ``weights``, a GPU's share); None when there are none."""
+    items = list(activities)
+    if not items:
+        return None
+
+    def mean(attr: str, minutes_attr: str) -> float | None:
+        pairs = [(getattr(a, attr), getattr(a, minutes_attr) * (weights or {}).get(a.gpu_id, 1)) for a in items]
+        pairs = [(v, w) for v, w in pairs if v is not None and w > 0]
+        total = sum(w for _v, w in pairs)
+        return sum(v * w for v, w in pairs) / total if total else None
+
+    return GpuActivity(
+        gpu_id=0, util_pct=mean("util_pct", "measured_minutes"), sm_active_pct=mean("sm_active_pct", "sm_minutes"),
+        sm_occupancy_pct=mean("sm_occupancy_pct", "sm_minutes"), tensor_active_pct=mean("tensor_active_pct", "sm_minutes"),
+        dram_active_pct=mean("dram_active_pct", "sm_minutes"),
+        measured_minutes=sum(a.measured_minutes for a in items), sm_minutes=sum(a.sm_minutes for a in items),
+    )

@@ -30,14 +30,28 @@ Behaviour modelled on NVML's documentation:
 - ``gpu.lost = True``: every call on that GPU's (or its MIG devices') handles raises GPU_IS_LOST;
   ``gpu.fail(name, code)`` makes one function raise ``code`` for that device.
 - Calls before ``nvmlInit`` (or after the last ``nvmlShutdown``) raise UNINITIALIZED.
+- GPM (``FakeGpm``, on each GPU and MIG instance): a device's counters are the integral of each metric's
+  value over time (percent·s, MiB), which ``gpm.rates`` feed at every sample (rate × seconds since the
+  device's last sample, on ``fake.clock``) and a test may also set directly (``gpm.counters[id] = …``).
+  ``nvmlGpmSampleGet`` / ``nvmlGpmMigSampleGet(parent, gi_id, sample)`` copy the device's time and counters
+  into a buffer from ``nvmlGpmSampleAlloc``; ``nvmlGpmMetricsGet`` gives each metric Δcounter ÷ Δtime of the
+  two samples (``gpm.metric_errors[id] = code`` sets one metric's own ``nvmlReturn``). It refuses a request
+  whose ``version`` is not ``NVML_GPM_METRICS_GET_VERSION`` (ARGUMENT_VERSION_MISMATCH; the binding does not
+  set it), samples of two devices, an unfilled or freed buffer, or samples with no time between them
+  (INVALID_ARGUMENT). ``gpm.supported = False`` (the L40S): ``isSupportedDevice`` 0 and NOT_SUPPORTED from
+  the sample calls; ``FakeNvml(driver_has_gpm=False)``: every GPM function raises FUNCTION_NOT_FOUND, as
+  the binding does on a driver without them. Unverified on a real driver, so left out of what the backend
+  relies on: ``nvmlGpmSampleGet`` on a MIG-mode GPU or a MIG device handle gives NOT_SUPPORTED here.
 """
 
 from __future__ import annotations
 
 import ctypes
+import time
 import types
 import uuid as uuidlib
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -61,8 +75,58 @@ H100_GI_PROFILES = {
 }
 
 
+# The record's GPM fields → the GPM metric that gives each (the fake's own table, not the backend's).
+GPM_METRIC_OF = {
+    "sm_active": pynvml.NVML_GPM_METRIC_SM_UTIL, "sm_occupancy": pynvml.NVML_GPM_METRIC_SM_OCCUPANCY,
+    "tensor_active": pynvml.NVML_GPM_METRIC_ANY_TENSOR_UTIL, "dram_active": pynvml.NVML_GPM_METRIC_DRAM_BW_UTIL,
+    "fp64_active": pynvml.NVML_GPM_METRIC_FP64_UTIL, "fp32_active": pynvml.NVML_GPM_METRIC_FP32_UTIL,
+    "fp16_active": pynvml.NVML_GPM_METRIC_FP16_UTIL, "pcie_tx_mibs": pynvml.NVML_GPM_METRIC_PCIE_TX_PER_SEC,
+    "pcie_rx_mibs": pynvml.NVML_GPM_METRIC_PCIE_RX_PER_SEC,
+    "nvlink_rx_mibs": pynvml.NVML_GPM_METRIC_NVLINK_TOTAL_RX_PER_SEC,
+    "nvlink_tx_mibs": pynvml.NVML_GPM_METRIC_NVLINK_TOTAL_TX_PER_SEC,
+}
+
+
 def _raise(code: int) -> None:
     raise pynvml.NVMLError(code)
+
+
+@dataclass
+class FakeGpm:
+    """A device's GPM counters: ``counters[metric id]`` is ∫ value dt (percent·s or MiB) up to ``time_s``."""
+
+    supported: bool = True
+    rates: dict[int, float] = field(default_factory=dict)  # metric id → the value it reads while this holds
+    counters: dict[int, float] = field(default_factory=dict)
+    time_s: float | None = None  # the fake clock at the device's last sample
+    metric_errors: dict[int, int] = field(default_factory=dict)  # metric id → its nvmlReturn in nvmlGpmMetricsGet
+
+    def run(self, **values: float) -> None:
+        """From now on the device reads these, by record field name: ``run(sm_active=62.5)``."""
+        for name, value in values.items():
+            self.rates[GPM_METRIC_OF[name]] = value
+
+    def add(self, name: str, amount: float) -> None:
+        """Fabricate counter movement: ``add("sm_active", 625)`` is 62.5 % over 10 s."""
+        metric = GPM_METRIC_OF[name]
+        self.counters[metric] = self.counters.get(metric, 0.0) + amount
+
+    def fail_metric(self, name: str, code: int) -> None:
+        self.metric_errors[GPM_METRIC_OF[name]] = code
+
+    def snapshot(self, now: float) -> tuple[float, dict[int, float]]:
+        if self.time_s is not None:
+            for metric, rate in self.rates.items():
+                self.counters[metric] = self.counters.get(metric, 0.0) + rate * (now - self.time_s)
+        self.time_s = now
+        return now, dict(self.counters)
+
+
+@dataclass
+class _GpmSample:
+    device: FakeGpm
+    time_s: float
+    counters: dict[int, float]
 
 
 def fake_uuid(kind: str, key: str) -> str:
@@ -90,6 +154,7 @@ class FakeMig:
     multiprocessors: int
     uuid: str = ""
     failures: dict[str, int] = field(default_factory=dict)
+    gpm: FakeGpm = field(default_factory=FakeGpm)  # its GPU instance's counters (``supported`` is the GPU's)
 
     def fail(self, function: str, code: int) -> None:
         self.failures[function] = code
@@ -125,6 +190,7 @@ class FakeGpu:
     handle_fails_with: int | None = None  # nvmlDeviceGetHandleByIndex raises this
     failures: dict[str, int] = field(default_factory=dict)
     samples: dict[int, deque[tuple[int, Any]]] = field(default_factory=dict)
+    gpm: FakeGpm = field(default_factory=FakeGpm)
 
     def fail(self, function: str, code: int) -> None:
         """Make ``function`` (an NVML function name) raise ``NVMLError(code)`` for this GPU."""
@@ -215,6 +281,7 @@ def l40s(index: int = 0, *, host: str = "l40s-node") -> FakeGpu:
         mem_clock_mhz=405,
         mig_capable=False,
         max_mig_devices=0,
+        gpm=FakeGpm(supported=False),  # Ada: no GPM
     )
 
 
@@ -227,10 +294,16 @@ class _EventSet:
 class FakeNvml:
     """A stand-in for the ``pynvml`` module over a list of ``FakeGpu``."""
 
-    def __init__(self, gpus: list[FakeGpu], *, driver_version: str = "590.48.01", cuda_version: int = 13010) -> None:
+    def __init__(
+        self, gpus: list[FakeGpu], *, driver_version: str = "590.48.01", cuda_version: int = 13010,
+        driver_has_gpm: bool = True, clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.gpus = gpus
         self.driver_version = driver_version
         self.cuda_version = cuda_version
+        self.driver_has_gpm = driver_has_gpm
+        self.clock = clock  # the GPUs' time, for GPM samples
+        self.gpm_buffers: dict[int, _GpmSample | None] = {}  # allocated sample buffers by address
         self.init_count = 0
         self.calls: list[str] = []
         self._buffers: list[Any] = []  # keeps the memory handles point at alive
@@ -511,6 +584,77 @@ class FakeNvml:
             result.append(obj)
         return result
 
+    # -------------------------------------------------------------- GPM
+
+    def nvmlGpmQueryDeviceSupport(self, device: Any) -> pynvml.c_nvmlGpmSupport_t:
+        self._gpm_function("nvmlGpmQueryDeviceSupport")
+        gpu, _mig = self._device("nvmlGpmQueryDeviceSupport", device)
+        support = pynvml.c_nvmlGpmSupport_t()
+        support.version = pynvml.NVML_GPM_SUPPORT_VERSION
+        support.isSupportedDevice = int(gpu.gpm.supported)
+        return support
+
+    def nvmlGpmSampleAlloc(self) -> Any:
+        self._gpm_function("nvmlGpmSampleAlloc")
+        self._enter("nvmlGpmSampleAlloc")
+        buffer = (ctypes.c_char * 8)()
+        self._buffers.append(buffer)
+        self.gpm_buffers[ctypes.addressof(buffer)] = None
+        return ctypes.cast(ctypes.addressof(buffer), pynvml.c_nvmlGpmSample_t)
+
+    def nvmlGpmSampleFree(self, gpmSample: Any) -> None:
+        self._gpm_function("nvmlGpmSampleFree")
+        self._enter("nvmlGpmSampleFree")
+        del self.gpm_buffers[self._gpm_buffer(gpmSample)]
+
+    def nvmlGpmSampleGet(self, device: Any, gpmSample: Any) -> Any:
+        self._gpm_function("nvmlGpmSampleGet")
+        gpu, mig = self._device("nvmlGpmSampleGet", device)
+        if mig is not None or gpu.mig_enabled or not gpu.gpm.supported:
+            _raise(pynvml.NVML_ERROR_NOT_SUPPORTED)
+        self._gpm_fill(gpmSample, gpu.gpm)
+        return gpmSample
+
+    def nvmlGpmMigSampleGet(self, device: Any, gpuInstanceId: int, gpmSample: Any) -> Any:
+        self._gpm_function("nvmlGpmMigSampleGet")
+        gpu, mig = self._device("nvmlGpmMigSampleGet", device)
+        if mig is not None:
+            _raise(pynvml.NVML_ERROR_INVALID_ARGUMENT)  # the parent's handle and a GPU instance id
+        if not gpu.gpm.supported or not gpu.mig_enabled:
+            _raise(pynvml.NVML_ERROR_NOT_SUPPORTED)
+        instance = next((m for m in gpu.migs if m.gi_id == gpuInstanceId), None)
+        if instance is None:
+            _raise(pynvml.NVML_ERROR_NOT_FOUND)
+        if "nvmlGpmMigSampleGet" in instance.failures:
+            _raise(instance.failures["nvmlGpmMigSampleGet"])
+        self._gpm_fill(gpmSample, instance.gpm)
+        return gpmSample
+
+    def nvmlGpmMetricsGet(self, metricsGet: Any) -> Any:
+        self._gpm_function("nvmlGpmMetricsGet")
+        self._enter("nvmlGpmMetricsGet")
+        if not isinstance(metricsGet, pynvml.c_nvmlGpmMetricsGet_t):
+            raise ctypes.ArgumentError(f"not an nvmlGpmMetricsGet_t: {metricsGet!r}")
+        if metricsGet.version != pynvml.NVML_GPM_METRICS_GET_VERSION:
+            _raise(pynvml.NVML_ERROR_ARGUMENT_VERSION_MISMATCH)
+        first = self.gpm_buffers.get(_address(metricsGet.sample1))
+        second = self.gpm_buffers.get(_address(metricsGet.sample2))
+        if first is None or second is None or first.device is not second.device:
+            _raise(pynvml.NVML_ERROR_INVALID_ARGUMENT)
+        elapsed = second.time_s - first.time_s
+        if elapsed <= 0 or metricsGet.numMetrics > pynvml.NVML_GPM_METRIC_MAX:
+            _raise(pynvml.NVML_ERROR_INVALID_ARGUMENT)
+        for slot in range(metricsGet.numMetrics):
+            metric = metricsGet.metrics[slot]
+            code = first.device.metric_errors.get(metric.metricId, pynvml.NVML_SUCCESS)
+            if not 0 < metric.metricId < pynvml.NVML_GPM_METRIC_MAX:
+                code = pynvml.NVML_ERROR_INVALID_ARGUMENT
+            metric.nvmlReturn = code
+            metric.value = 0.0 if code != pynvml.NVML_SUCCESS else (
+                second.counters.get(metric.metricId, 0.0) - first.counters.get(metric.metricId, 0.0)
+            ) / elapsed
+        return metricsGet
+
     # -------------------------------------------------------------- events
 
     def nvmlEventSetCreate(self) -> Any:
@@ -576,6 +720,24 @@ class FakeNvml:
         if name in failures:
             _raise(failures[name])
         return gpu, mig
+
+    def _gpm_function(self, name: str) -> None:
+        if not self.driver_has_gpm:  # what pynvml's _nvmlGetFunctionPointer raises for a missing symbol
+            self._enter(name)
+            _raise(pynvml.NVML_ERROR_FUNCTION_NOT_FOUND)
+
+    def _gpm_buffer(self, sample: Any) -> int:
+        if not isinstance(sample, pynvml.c_nvmlGpmSample_t):
+            raise ctypes.ArgumentError(f"not an nvmlGpmSample_t: {sample!r}")
+        address = _address(sample)
+        if address not in self.gpm_buffers:
+            _raise(pynvml.NVML_ERROR_INVALID_ARGUMENT)
+        return address
+
+    def _gpm_fill(self, sample: Any, device: FakeGpm) -> None:
+        address = self._gpm_buffer(sample)
+        now, counters = device.snapshot(self.clock())
+        self.gpm_buffers[address] = _GpmSample(device=device, time_s=now, counters=counters)
 
     def _whole_gpu_only(self, name: str, handle: Any) -> FakeGpu:
         gpu, mig = self._device(name, handle)

@@ -1,5 +1,6 @@
 """A real agent process (sim backend, accelerated clock) on a free localhost port: HTTP API, auth,
-paging, alignment, kill -9 and restart, a recreated spool, /metrics and shutdown."""
+paging, alignment, kill -9 and restart, a recreated spool, /metrics and shutdown; and what /metrics
+makes of given records (agents/metrics.py: the GPM fields' DCGM names and scales)."""
 
 import json
 import signal
@@ -9,6 +10,8 @@ from collections import defaultdict
 import pytest
 
 from agents.backends.sim import SimBackend
+from agents.metrics import Telemetry
+from agents.records import GPM_FIELDS, empty_record
 from tests.agents.agent_helpers import AgentProcess, get_json, http_get, parse_prometheus
 
 SIM = ("--backend", "sim", "--interval", "10", "--speed", "600", "--start=-10m")
@@ -117,6 +120,11 @@ def test_it_serves_prometheus_metrics_with_dcgm_names_and_labels(agent):
     assert series["cardhour_agent_spool_last_seq"][0][1] >= 300
     assert series["cardhour_agent_spool_records"][0][1] >= 0  # other tests acknowledge records
     assert series["cardhour_agent_spool_dropped_total"][0][1] == 0
+    # GPM (the simulated H100 has it): ratios 0-1, on the MIG instances and the whole GPU 1, not the MIG parent
+    for name in ("DCGM_FI_PROF_SM_ACTIVE", "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE", "DCGM_FI_PROF_DRAM_ACTIVE"):
+        assert all(0 <= value <= 1 for _labels, value in series[name]), name
+        assert not any(labels["gpu"] == "0" and "GPU_I_ID" not in labels for labels, _v in series[name])
+        assert any(labels["gpu"] == "1" for labels, _v in series[name])
 
 
 def test_it_prunes_what_the_collector_acknowledged(tmp_path):
@@ -173,3 +181,69 @@ def test_it_stops_cleanly_on_a_signal(tmp_path, signum):
     assert agent.process.wait(timeout=10) == 0
     assert time.monotonic() - started < 5
     agent.stop()
+
+
+# ------------------------------------------------------------------ /metrics of given records (no process)
+
+
+MIB = 1 << 20
+SPOOL_STATS = {"records": 0, "last_seq": 0, "dropped_total": 0, "used_bytes": 0, "last_ts": 0}
+PROF = {  # DCGM-exporter name → (record field, scale)
+    "DCGM_FI_PROF_SM_ACTIVE": ("sm_active", 0.01), "DCGM_FI_PROF_SM_OCCUPANCY": ("sm_occupancy", 0.01),
+    "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE": ("tensor_active", 0.01), "DCGM_FI_PROF_DRAM_ACTIVE": ("dram_active", 0.01),
+    "DCGM_FI_PROF_PIPE_FP16_ACTIVE": ("fp16_active", 0.01), "DCGM_FI_PROF_PIPE_FP32_ACTIVE": ("fp32_active", 0.01),
+    "DCGM_FI_PROF_PIPE_FP64_ACTIVE": ("fp64_active", 0.01),
+    "DCGM_FI_PROF_NVLINK_RX_BYTES": ("nvlink_rx_mibs", MIB), "DCGM_FI_PROF_NVLINK_TX_BYTES": ("nvlink_tx_mibs", MIB),
+    "DCGM_FI_PROF_PCIE_RX_BYTES": ("pcie_rx_mibs", MIB), "DCGM_FI_PROF_PCIE_TX_BYTES": ("pcie_tx_mibs", MIB),
+}
+WHOLE_GPU = {"sm_active": 62.5, "sm_occupancy": 31.25, "tensor_active": 41.75, "dram_active": 55.0, "fp16_active": 12.5,
+             "fp32_active": 7.25, "fp64_active": 0.0, "nvlink_rx_mibs": 81920.0, "nvlink_tx_mibs": 79872.25,
+             "pcie_rx_mibs": 3400.5, "pcie_tx_mibs": 1200.0}
+INSTANCE = {"sm_active": 20.0, "tensor_active": 5.0}  # the rest null: a MIG instance without link counters
+
+
+def rendered(records):
+    telemetry = Telemetry(hostname="gpu-h100-01")
+    telemetry.set_inventory({"gpus": [
+        {"index": 0, "uuid": "GPU-mig-parent", "name": "NVIDIA H100 80GB HBM3",
+         "mig_instances": [{"uuid": "MIG-3g", "profile": "3g.40gb", "gi_id": 2}]},
+        {"index": 1, "uuid": "GPU-whole", "name": "NVIDIA H100 80GB HBM3", "mig_instances": []},
+    ]})
+    telemetry.update(records)
+    text = telemetry.render(spool_stats=SPOOL_STATS, sampler_errors=0, info={"backend": "nvml"})
+    return text, parse_prometheus(text)
+
+
+def record(uuid, gpm=None, **fields):
+    result = {**empty_record(ts=1_800_000_010, gpu_uuid=uuid, interval_s=10), "mem_used_mib": 1000, **fields}
+    result.update(gpm or {})
+    return result
+
+
+def by_device(series):
+    return {(labels["UUID"], labels.get("GPU_I_ID")): value for labels, value in series}
+
+
+def test_it_exports_gpm_under_dcgm_names_as_ratios_and_bytes_per_second():
+    text, series = rendered([record("GPU-mig-parent"), record("MIG-3g", INSTANCE), record("GPU-whole", WHOLE_GPU)])
+
+    for name, (field, scale) in PROF.items():
+        assert f"# TYPE {name} gauge" in text, name
+        assert by_device(series[name])[("GPU-whole", None)] == pytest.approx(WHOLE_GPU[field] * scale), name
+    assert by_device(series["DCGM_FI_PROF_SM_ACTIVE"]) == {("GPU-whole", None): 0.625, ("GPU-mig-parent", "2"): 0.2}
+    assert by_device(series["DCGM_FI_PROF_PCIE_RX_BYTES"]) == {("GPU-whole", None): 3_565_682_688}  # 3400.5 MiB/s
+    assert "DCGM_FI_PROF_PIPE_FP64_ACTIVE{" in text and by_device(series["DCGM_FI_PROF_PIPE_FP64_ACTIVE"]) == {
+        ("GPU-whole", None): 0}, "a measured 0 is exported; the instance's unknown FP64 is not"
+    memory_labels = {(labels["UUID"], labels.get("GPU_I_ID")): labels for labels, _v in series["DCGM_FI_DEV_FB_USED"]}
+    for name in PROF:
+        for labels, _value in series[name]:
+            assert labels == memory_labels[(labels["UUID"], labels.get("GPU_I_ID"))], "the labels of the DEV metrics"
+
+
+def test_it_never_exports_an_unknown_gpm_field_as_zero():
+    old_spool_record = {key: value for key, value in record("GPU-whole").items() if key not in GPM_FIELDS}
+
+    text, series = rendered([record("GPU-mig-parent"), record("MIG-3g"), old_spool_record])
+
+    assert "DCGM_FI_PROF" not in text, "no GPM anywhere: no series, no HELP or TYPE lines"
+    assert len(series["DCGM_FI_DEV_FB_USED"]) == 3, "the other metrics are there"

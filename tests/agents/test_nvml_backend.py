@@ -18,9 +18,10 @@ import pynvml
 import pytest
 
 import agents
+from agents.backends import gpm as gpm_module
 from agents.backends import nvml as nvml_module
 from agents.backends.nvml import NvmlBackend
-from agents.records import FLOAT_FIELDS, INT_FIELDS, PROCESS_FIELDS, RECORD_FIELDS
+from agents.records import FLOAT_FIELDS, GPM_FIELDS, INT_FIELDS, PROCESS_FIELDS, RECORD_FIELDS
 from tests.agents.fake_pynvml import FakeMig, FakeNvml, FakeProcess, h100_mig, h200, l40s
 
 T0 = 1_800_000_000  # an interval boundary (2027-01-15T08:00:00Z)
@@ -53,6 +54,7 @@ class Node:
     def __init__(self, fake: FakeNvml, proc_root: Path | str = "/nonexistent-proc") -> None:
         self.fake = fake
         self.clock = Clock()
+        fake.clock = self.clock.monotonic  # the GPUs' GPM samples are stamped on the agent's clock
         self.backend = NvmlBackend(
             hostname="gpu-node-01", nvml=fake, proc_root=proc_root,
             wall_clock=self.clock.time, mono_clock=self.clock.monotonic,
@@ -120,9 +122,10 @@ def check_inventory(inventory: dict) -> None:
         assert gpu["pci_bus_id"] is None or re.match(r"^[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.\d$", gpu["pci_bus_id"])
         assert gpu["mig_mode"] in (True, False, None)
         for instance in gpu["mig_instances"]:
-            assert set(instance) == {"uuid", "profile", "gi_id", "ci_id", "memory_mib", "slices", "total_slices"}
+            assert set(instance) == {"uuid", "profile", "gi_id", "ci_id", "memory_mib", "slices", "total_slices",
+                                     "sm_count"}
             assert instance["uuid"].startswith("MIG-")
-            for name in ("gi_id", "ci_id", "memory_mib", "slices", "total_slices"):
+            for name in ("gi_id", "ci_id", "memory_mib", "slices", "total_slices", "sm_count"):
                 assert instance[name] is None or _is_int(instance[name]), (name, instance)
     json.dumps(inventory)
 
@@ -570,6 +573,225 @@ def test_it_retries_a_gpu_it_could_not_open_at_start():
     assert node.sample(T0 + 30)[late.uuid]["xid_count"] == 1
 
 
+# ------------------------------------------------------------------ GPM
+
+
+BUSY = {  # what an H200 running a bf16 training step might read, by record field
+    "sm_active": 62.5, "sm_occupancy": 31.25, "tensor_active": 41.75, "dram_active": 55.0, "fp16_active": 12.5,
+    "fp32_active": 7.25, "fp64_active": 0.0, "pcie_tx_mibs": 1200.0, "pcie_rx_mibs": 3400.5,
+    "nvlink_rx_mibs": 81920.0, "nvlink_tx_mibs": 79872.25,
+}
+
+
+def gpm_of(record: dict) -> dict:
+    return {name: record[name] for name in GPM_FIELDS}
+
+
+def test_it_measures_gpm_between_this_and_the_previous_intervals_sample():
+    fake = FakeNvml([h200()])
+    gpu = fake.gpus[0]
+    node = Node(fake)
+    gpu.gpm.run(**BUSY)
+
+    first = node.sample(T0 + 10)[gpu.uuid]
+    second = node.sample(T0 + 20)[gpu.uuid]
+    gpu.gpm.rates.clear()
+    gpu.gpm.add("sm_active", 400)  # busy 4 s of the 10 s, fabricated as counter movement
+    gpu.gpm.add("pcie_rx_mibs", 25_000)
+    third = node.sample(T0 + 30)[gpu.uuid]
+
+    assert gpm_of(first) == dict.fromkeys(GPM_FIELDS), "one sample only: unknown, not 0"
+    assert gpm_of(second) == pytest.approx(BUSY)
+    assert third["sm_active"] == pytest.approx(40.0) and third["pcie_rx_mibs"] == pytest.approx(2500.0)
+    assert third["tensor_active"] == 0 and third["nvlink_tx_mibs"] == 0, "an idle pipe is 0, measured"
+    assert second["temp_c"] == 52 and second["mem_used_mib"] == 32362
+    assert fake.calls.count("nvmlGpmSampleGet") == 3 and fake.calls.count("nvmlGpmMetricsGet") == 2
+    assert fake.calls.count("nvmlGpmQueryDeviceSupport") == 1, "support is decided once, at start"
+
+
+def test_it_gives_null_gpm_on_a_gpu_without_it_and_still_measures_the_others(caplog):
+    fake = FakeNvml([l40s(0), h200(1)])
+    old, new = fake.gpus
+    new.gpm.run(sm_active=90.0)
+    caplog.set_level(logging.INFO, logger=gpm_module.__name__)
+    node = Node(fake)
+
+    records = [node.sample(T0 + 10 * step) for step in (1, 2, 3)]
+
+    assert all(gpm_of(r[old.uuid]) == dict.fromkeys(GPM_FIELDS) for r in records)
+    assert all(r[old.uuid]["mem_total_mib"] == 46068 for r in records)
+    assert [r[new.uuid]["sm_active"] for r in records] == [None, 90.0, 90.0]
+    assert fake.calls.count("nvmlGpmSampleGet") == 3, "the L40S is not asked every interval"
+    assert caplog.text.count(f"GPU {old.uuid}: GPM not supported") == 1
+    assert caplog.text.count(f"GPU {new.uuid}: GPM supported") == 1
+
+
+@pytest.mark.parametrize(
+    ("scenario", "logged"),
+    [
+        ("old driver", "GPM support unavailable: Function Not Found"),
+        ("old binding", "this nvidia-ml-py has no nvmlGpmQueryDeviceSupport"),
+        ("support refused", "GPM support unavailable: Insufficient Permissions"),
+        ("sample refused", "GPM sample unavailable: Insufficient Permissions"),
+        ("metrics refused", "GPM metrics unavailable: Not Supported"),
+        ("binding surprise", "GPM sampling failed; its GPM fields are null"),
+    ],
+)
+def test_it_gives_null_gpm_where_nvml_cannot_and_samples_everything_else(scenario, logged, monkeypatch, caplog):
+    gpu = h200()
+    gpu.gpm.run(**BUSY)
+    if scenario == "old binding":
+        monkeypatch.delattr(FakeNvml, "nvmlGpmQueryDeviceSupport")  # the fake now answers as pynvml lacks it
+    if scenario == "support refused":
+        gpu.fail("nvmlGpmQueryDeviceSupport", pynvml.NVML_ERROR_NO_PERMISSION)
+    if scenario == "sample refused":
+        gpu.fail("nvmlGpmSampleGet", pynvml.NVML_ERROR_NO_PERMISSION)
+    fake = FakeNvml([gpu, *([h200(1)] if scenario in ("support refused", "sample refused") else [])],
+                    driver_has_gpm=scenario != "old driver")
+    if scenario == "metrics refused":
+        monkeypatch.setattr(fake, "nvmlGpmMetricsGet", lambda metricsGet: _raise_nvml(pynvml.NVML_ERROR_NOT_SUPPORTED))
+    if scenario == "binding surprise":  # e.g. a changed ctypes structure: GPM null, the record kept
+        monkeypatch.setattr(fake, "nvmlGpmMetricsGet", lambda metricsGet: _raise_nvml(None))
+    caplog.set_level(logging.INFO)
+    node = Node(fake)
+
+    records = [node.sample(T0 + 10 * step) for step in (1, 2, 3)]
+
+    for by_uuid in records:
+        assert gpm_of(by_uuid[gpu.uuid]) == dict.fromkeys(GPM_FIELDS), scenario
+        assert by_uuid[gpu.uuid]["mem_used_mib"] == 32362 and by_uuid[gpu.uuid]["temp_c"] == 52
+        assert by_uuid[gpu.uuid]["processes"], "the processes are listed as usual"
+    assert caplog.text.count(logged) == 1, caplog.text
+    if scenario in ("support refused", "sample refused"):  # the second GPU's GPM is its own
+        assert records[2][fake.gpus[1].uuid]["sm_active"] == 0
+    # an older driver, binding or permission is expected, not a warning; a surprise is an error
+    expected_level = logging.ERROR if scenario == "binding surprise" else logging.INFO
+    assert all(r.levelno == expected_level for r in caplog.records if logged in r.getMessage())
+
+
+def _raise_nvml(code: int | None):
+    raise pynvml.NVMLError(code) if code is not None else TypeError("expected c_uint instance")
+
+
+def test_it_nulls_only_the_metrics_whose_own_return_code_is_an_error(caplog):
+    gpu = h200()
+    gpu.gpm.run(**BUSY)
+    gpu.gpm.fail_metric("nvlink_rx_mibs", pynvml.NVML_ERROR_NOT_SUPPORTED)  # a PCIe card: no NVLink
+    gpu.gpm.fail_metric("tensor_active", pynvml.NVML_ERROR_UNKNOWN)
+    node = Node(FakeNvml([gpu]))
+    caplog.set_level(logging.INFO, logger=gpm_module.__name__)
+
+    node.sample(T0 + 10)
+    records = [node.sample(T0 + 10 * step)[gpu.uuid] for step in (2, 3)]
+
+    for record in records:
+        assert record["nvlink_rx_mibs"] is None and record["tensor_active"] is None
+        assert gpm_of(record) == pytest.approx({**BUSY, "nvlink_rx_mibs": None, "tensor_active": None})
+    levels = {r.getMessage().split(": ")[1]: r.levelno for r in caplog.records if "unavailable" in r.getMessage()}
+    assert levels == {"GPM nvlink_rx_mibs unavailable": logging.INFO, "GPM tensor_active unavailable": logging.WARNING}
+    assert sum("unavailable" in r.getMessage() for r in caplog.records) == 2, "each logged once"
+
+
+def test_it_drops_garbage_gpm_values_and_clamps_rounding_at_full_load():
+    gpu = h200()
+    node = Node(FakeNvml([gpu]))
+    node.sample(T0 + 10)
+    gpu.gpm.add("sm_active", 1003)  # 100.3 %: rounding at full load
+    gpu.gpm.add("sm_occupancy", 5_000)  # 500 %: garbage
+    gpu.gpm.add("dram_active", -10)  # a counter that went back
+    gpu.gpm.add("pcie_rx_mibs", float("nan"))
+
+    record = node.sample(T0 + 20)[gpu.uuid]
+
+    assert record["sm_active"] == 100
+    assert record["sm_occupancy"] is None and record["dram_active"] is None and record["pcie_rx_mibs"] is None
+    assert record["fp32_active"] == 0
+
+
+def test_it_keeps_the_older_gpm_sample_when_a_boundary_is_caught_up_late():
+    gpu = h200()
+    fake = FakeNvml([gpu])
+    node = Node(fake)
+    node.sample(T0 + 10)
+    gpu.gpm.add("sm_active", 1000)  # 50 % over the 20 s to T0+30.25
+
+    late = node.sample(T0 + 20, at=T0 + 30.25)[gpu.uuid]
+    gpu.gpm.add("sm_active", 250)
+    caught_up = node.sample(T0 + 30, at=T0 + 30.3)[gpu.uuid]  # 50 ms later: NVML needs 100 ms
+    on_time = node.sample(T0 + 40)[gpu.uuid]
+
+    assert late["sm_active"] == pytest.approx(50.0)
+    assert gpm_of(caught_up) == dict.fromkeys(GPM_FIELDS)
+    assert on_time["sm_active"] == pytest.approx(25.0), "measured from the T0+30.25 sample, kept as baseline"
+    assert fake.calls.count("nvmlGpmMetricsGet") == 2
+
+
+def test_it_starts_gpm_afresh_after_the_agent_stalled():
+    gpu = h200()
+    gpu.gpm.run(sm_active=70.0)
+    node = Node(FakeNvml([gpu]))
+    node.sample(T0 + 10)
+
+    stalled = node.sample(T0 + 50)[gpu.uuid]  # 40 s after the last sample: not this interval's activity
+    after = node.sample(T0 + 60)[gpu.uuid]
+
+    assert stalled["sm_active"] is None and after["sm_active"] == pytest.approx(70.0)
+
+
+def test_it_samples_each_mig_gpu_instance_through_its_parent(tmp_path):
+    node, fake = mig_node(tmp_path)
+    gpu = fake.gpus[0]
+    three_g, two_g, one_g, other_one_g = gpu.migs
+    gpu.gpm.run(sm_active=99.0)  # the whole GPU's counters: not reported in MIG mode
+    three_g.gpm.run(**BUSY)
+    two_g.gpm.run(sm_active=20.0, tensor_active=5.0)
+    other_one_g.fail("nvmlGpmMigSampleGet", pynvml.NVML_ERROR_NO_PERMISSION)
+    fake.add_mig(0, FakeMig(profile="1c.3g.40gb", gi_id=2, ci_id=1, memory_total_mib=40448, memory_used_mib=0,
+                            slices=3, profile_memory_mb=40192, multiprocessors=16, uuid="MIG-second-ci-of-gi-2"))
+
+    node.sample(T0 + 10)
+    records = node.sample(T0 + 20)
+
+    assert gpm_of(records[gpu.uuid]) == dict.fromkeys(GPM_FIELDS), "MIG mode: the parent is unmeasured"
+    assert "nvmlGpmSampleGet" not in fake.calls
+    assert gpm_of(records[three_g.uuid]) == pytest.approx(BUSY)
+    assert gpm_of(records["MIG-second-ci-of-gi-2"]) == pytest.approx(BUSY), "a compute instance: its GPU instance's"
+    assert (records[two_g.uuid]["sm_active"], records[two_g.uuid]["tensor_active"]) == (20.0, 5.0)
+    assert records[one_g.uuid]["sm_active"] == 0
+    assert gpm_of(records[other_one_g.uuid]) == dict.fromkeys(GPM_FIELDS)
+    assert records[other_one_g.uuid]["mem_total_mib"] == 9984
+
+
+def test_it_frees_gpm_samples_of_devices_that_went_away_and_on_close(tmp_path):
+    node, fake = mig_node(tmp_path)
+    gpu = fake.gpus[0]
+    node.sample(T0 + 10)
+    assert len(fake.gpm_buffers) == 2 * 4, "two sample buffers per MIG device"
+
+    gpu.migs.pop()  # the last 1g.10gb destroyed
+    node.sample(T0 + 20)
+    assert len(fake.gpm_buffers) == 2 * 3
+
+    node.backend.close()
+    assert fake.gpm_buffers == {} and fake.init_count == 0
+
+
+def test_it_measures_no_gpm_across_a_lost_gpu():
+    gpu = h200()
+    gpu.gpm.run(sm_active=50.0)
+    node = Node(FakeNvml([gpu]))
+    node.sample(T0 + 10)
+    gpu.lost = True
+    assert node.sample(T0 + 20)[gpu.uuid]["sm_active"] is None
+    gpu.lost = False
+
+    back = node.sample(T0 + 30)[gpu.uuid]
+    again = node.sample(T0 + 40)[gpu.uuid]
+
+    assert back["sm_active"] is None, "the counters may have restarted: no delta across the loss"
+    assert again["sm_active"] == pytest.approx(50.0)
+
+
 # ------------------------------------------------------------------ inventory and lifecycle
 
 
@@ -594,10 +816,11 @@ def test_it_describes_the_node_in_its_inventory():
     assert h100_gpu["mig_mode"] is True
     assert h100_gpu["mig_instances"] == [
         {"uuid": mig.uuid, "profile": profile, "gi_id": gi, "ci_id": 0, "memory_mib": mib, "slices": slices,
-         "total_slices": 7}
-        for mig, (profile, gi, mib, slices) in zip(
+         "total_slices": 7, "sm_count": sms}
+        for mig, (profile, gi, mib, slices, sms) in zip(
             fake.gpus[1].migs,
-            [("3g.40gb", 2, 40448, 3), ("2g.20gb", 3, 20096, 2), ("1g.10gb", 9, 9984, 1), ("1g.10gb", 10, 9984, 1)],
+            [("3g.40gb", 2, 40448, 3, 60), ("2g.20gb", 3, 20096, 2, 32), ("1g.10gb", 9, 9984, 1, 16),
+             ("1g.10gb", 10, 9984, 1, 16)],
             strict=True,
         )
     ]
@@ -616,6 +839,7 @@ def test_it_falls_back_to_the_profile_name_for_mig_slices():
     instances = Node(fake).backend.inventory()["gpus"][0]["mig_instances"]
 
     assert [i["slices"] for i in instances] == [3, 2, 1, 1]
+    assert [i["sm_count"] for i in instances] == [None] * 4, "no attributes: SM count unknown, not 0"
 
 
 def test_it_shuts_nvml_down_once_on_close():
@@ -640,15 +864,18 @@ def test_it_imports_without_django():
 
 
 def nvml_functions_the_backend_calls() -> set[str]:
-    """Every ``nvml.nvml…`` / ``self._nvml.nvml…`` name in the backend's source that is not a constant."""
-    source = Path(nvml_module.__file__).read_text()
-    names = set(re.findall(r"nvml\.(nvml\w+)", source))
+    """Every ``nvml.nvml…`` / ``self._nvml.nvml…`` name (and ``"nvml…"`` looked up by name) in the backend's
+    source and its GPM module's that is not a constant."""
+    source = Path(nvml_module.__file__).read_text() + Path(gpm_module.__file__).read_text()
+    names = set(re.findall(r"nvml\.(nvml\w+)", source)) | set(re.findall(r"\"(nvml\w+)\"", source))
     return {name for name in names if not hasattr(pynvml, name) or callable(getattr(pynvml, name))}
 
 
 def test_it_calls_only_functions_that_pynvml_has_and_the_fake_implements():
     called = nvml_functions_the_backend_calls()
     assert "nvmlDeviceGetSamples" in called and "nvmlEventSetWait" in called
+    assert {"nvmlGpmQueryDeviceSupport", "nvmlGpmSampleAlloc", "nvmlGpmSampleFree", "nvmlGpmSampleGet",
+            "nvmlGpmMigSampleGet", "nvmlGpmMetricsGet"} <= called
     fake = FakeNvml([h200()])
     for name in sorted(called):
         assert inspect.isfunction(getattr(pynvml, name)), f"pynvml has no function {name}"

@@ -8,6 +8,7 @@ import pytest
 
 from agents.backends.replay import ReplayBackend, median_gap_interval, replay_gpu_uuid
 from agents.backends.sim import sim_gpu_uuid
+from agents.records import GPM_FIELDS, RECORD_FIELDS
 from tests.agents.agent_helpers import AgentProcess, wait_for
 
 T0 = 1_793_577_600  # 2026-11-02T00:00:00Z
@@ -95,6 +96,9 @@ def test_its_inventory_lists_the_gpus_of_the_file(csv_file):
         ("ts,node,gpu,util_gpu\n1,n1,0,150\n", ":2: util_gpu: '150' is out of range"),
         ("ts,node,gpu,util_gpu\n1,n1,0,5\n2026-11-02T00:00:00,n1,0,5\n", ":3: ts: an ISO-8601 time needs a UTC offset"),
         ("ts,node,gpu,util_gpu,interval_s\n1,n1,0,5,zero\n", ":2: interval_s: 'zero' is not a number"),
+        ("ts,node,gpu,util_gpu,sm_active\n1,n1,0,5,50\n2,n1,0,5,100.5\n", ":3: sm_active: '100.5' is out of range"),
+        ("ts,node,gpu,util_gpu,nvlink_tx_mibs\n1,n1,0,5,-1\n", ":2: nvlink_tx_mibs: '-1' is out of range"),
+        ("ts,node,gpu,util_gpu,fp64_active\n1,n1,0,5,lots\n", ":2: fp64_active: 'lots' is not a number"),
     ],
 )
 def test_it_names_the_line_and_column_of_a_bad_row(tmp_path, content, message):
@@ -102,6 +106,24 @@ def test_it_names_the_line_and_column_of_a_bad_row(tmp_path, content, message):
     path.write_text(content)
     with pytest.raises(ValueError, match=re.escape(message)):
         ReplayBackend(path=path, node="n1")
+
+
+def test_it_reads_the_gpm_columns_named_as_the_record_fields(tmp_path):
+    """Optional columns, named exactly as the record's GPM fields; an empty cell (or no column) is null."""
+    values = dict(zip(GPM_FIELDS, (61.5, 30, 42, 25.5, 40, 5, 0, 12000, 11900.5, 55, 17), strict=True))
+    path = tmp_path / "gpm.csv"
+    path.write_text(f"ts,node,gpu,util_gpu,{','.join(GPM_FIELDS)}\n"
+                    f"{T0},n1,0,80,{','.join(str(v) for v in values.values())}\n"
+                    f"{T0 + 10},n1,0,80,{',' * (len(GPM_FIELDS) - 1)}\n"
+                    f"{T0 + 20},n1,0,80,70,,,,,,,,,,\n")
+    first, blank, partial = ReplayBackend(path=path, node="n1").records_between(0, T0 + 100)
+    assert {name: first[name] for name in GPM_FIELDS} == {name: float(v) for name, v in values.items()}
+    assert all(blank[name] is None for name in GPM_FIELDS)
+    assert partial["sm_active"] == 70.0 and all(partial[name] is None for name in GPM_FIELDS[1:])
+    without = tmp_path / "plain.csv"
+    without.write_text(f"ts,node,gpu,util_gpu\n{T0},n1,0,80\n")
+    (record,) = ReplayBackend(path=without, node="n1").records_between(0, T0)
+    assert tuple(record) == RECORD_FIELDS and all(record[name] is None for name in GPM_FIELDS)
 
 
 def test_a_replay_agent_emits_every_row_at_its_own_time(tmp_path):

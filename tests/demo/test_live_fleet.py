@@ -8,9 +8,11 @@ from datetime import UTC, datetime
 import pytest
 import time_machine
 
+from agents.backends.sim import SimBackend
 from agents.fleet import add_fleet_arguments, plan_fleet
 from cluster.choices import NodeStatus
-from cluster.models import Node
+from cluster.inventory.sync import inventory_apply
+from cluster.models import Gpu, Node
 from config.launcher import fleet_arguments
 from demo.cluster import GPUS_PER_NODE, MIG_NODE, load_demo
 
@@ -41,3 +43,24 @@ def test_the_launchers_fleet_is_the_demo_cluster_and_runs_nothing_on_its_node_in
     in_maintenance = {host for host, node in nodes.items() if node.status == NodeStatus.MAINTENANCE}
     assert in_maintenance and {n.hostname for n in plan if n.maintenance} == in_maintenance
 
+
+
+@pytest.mark.django_db
+@time_machine.travel(NOW, tick=False)
+def test_the_demos_mig_instances_are_the_ones_its_simulated_agent_reports():
+    """The demo's MIG layout is the simulator's (agents/backends/gpu_models.py): syncing the live agent's
+    inventory adds no GPU and changes no instance's profile, memory or share."""
+    load_demo(history_days=0)
+    args, plan = launcher_fleet()
+    (mig_node,) = [n for n in plan if n.mig]
+    node = Node.objects.get(hostname=mig_node.hostname)
+
+    def instances():
+        return {g.uuid: (g.mig_parent.uuid, g.mig_profile, g.memory_mib, g.share)
+                for g in Gpu.objects.filter(node=node, mig_parent__isnull=False).select_related("mig_parent")}
+
+    before = instances()
+    backend = SimBackend(hostname=node.hostname, gpus=args.gpus, model=mig_node.spec.short_name, seed=args.seed,
+                         mig=True)
+    assert inventory_apply(node, backend.inventory()) == {"added": 0, "updated": GPUS_PER_NODE + len(before), "missing": 0}
+    assert instances() == before and len(before) == len(mig_node.spec.mig_layout)

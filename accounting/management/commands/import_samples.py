@@ -9,7 +9,9 @@ from cluster.telemetry.importer import ImportRefused, import_samples
 class Command(BaseCommand):
     help = (
         "Import GPU samples from the generic CSV (ts,node,gpu,util_gpu[,mem_used_mib,power_w,interval_s]"
-        "[,gpu_model]). Unknown nodes and GPUs are created and listed. Bad rows are reported with their line "
+        "[,gpu_model][,sm_active,sm_occupancy,tensor_active,dram_active,fp16_active,fp32_active,fp64_active,"
+        "nvlink_rx_mibs,nvlink_tx_mibs,pcie_rx_mibs,pcie_tx_mibs]; the NVML GPM columns are optional, percent "
+        "and MiB/s, an empty cell unknown). Unknown nodes and GPUs are created and listed. Bad rows are reported with their line "
         "and reason and the good rows kept, unless --strict. Then the rollups and daily aggregates are brought "
         "up to date in this process (--defer leaves them to the Celery worker). Importing the same file again "
         "changes nothing."

@@ -15,8 +15,8 @@ pytestmark = pytest.mark.django_db
 # the nav's memberships, unread notifications, GPU models (the filter)
 INVENTORY_QUERIES = 14
 # session, user, node, GPUs, MIG instances, the viewer's groups and teams, allocations, holds, rollups, the day's
-# series, health (3), the nav's memberships, unread notifications
-NODE_QUERIES = 16
+# series, health (3), the nav's memberships, unread notifications, the day's GPU % and SM activity per GPU
+NODE_QUERIES = 17
 
 
 @pytest.fixture(autouse=True)

@@ -20,8 +20,9 @@ pytestmark = pytest.mark.django_db
 DAY = "2026-11-02"  # T0's date
 MINUTE = timedelta(minutes=1)
 # session, user, nav (groups, memberships), unread notifications, node + GPUs + MIG, the GPUs' holders and
-# utilization now (the viewer's teams, allocations, holds, rollups), series, health (3)
-PAGE_QUERIES = 16
+# utilization now (the viewer's teams, allocations, holds, rollups), series, health (3), the day's GPU % and SM
+# activity per GPU (issue 16)
+PAGE_QUERIES = 17
 
 
 @pytest.fixture(autouse=True)

@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from django.db import transaction
 
-from agents.records import FLOAT_RANGES, INT_RANGES, PROCESS_FIELDS, RECORD_FIELDS, SPOOL_FIELDS, empty_record
+from agents.records import FLOAT_RANGES, GPM_FIELDS, INT_RANGES, PROCESS_FIELDS, RECORD_FIELDS, SPOOL_FIELDS, empty_record
 from cluster.models import DirtyBucket, Gpu, Sample
 from cluster.telemetry.ingest import IMPORT_FIELDS, NOT_STORED, SAMPLE_COLUMNS, STORED_AS, ingest_json_lines
 
@@ -15,6 +15,12 @@ pytestmark = pytest.mark.django_db
 
 NOW = datetime(2026, 11, 2, 12, 0, tzinfo=UTC)
 T = int(NOW.timestamp())
+# A Hopper GPU's GPM readings for one interval
+GPM = {
+    "sm_active": 81.5, "sm_occupancy": 42.0, "tensor_active": 55.25, "dram_active": 37.0, "fp16_active": 12.5,
+    "fp32_active": 3.0, "fp64_active": 0.0, "nvlink_rx_mibs": 20_480.0, "nvlink_tx_mibs": 19_000.5,
+    "pcie_rx_mibs": 1_200.0, "pcie_tx_mibs": 640.0,
+}
 
 
 def record(uuid="GPU-h200-a-0", *, ts=T - 60, seq=1, **fields):
@@ -22,6 +28,7 @@ def record(uuid="GPU-h200-a-0", *, ts=T - 60, seq=1, **fields):
         "seq": seq, "ts": ts, "gpu_uuid": uuid, "interval_s": 10, "util_gpu": 50.0, "util_gpu_max": 70.0,
         "util_mem": 20.0, "mem_used_mib": 1000, "mem_total_mib": 143771, "power_w": 300.0, "energy_j": 3000.0,
         "temp_c": 55, "sm_clock_mhz": 1980, "xid_count": 0, "ecc_dbe_count": 0, "processes": [],
+        **GPM,
     }
     base.update(fields)
     return base
@@ -83,6 +90,11 @@ def test_a_repeated_record_changes_nothing(small_cluster):
         ({"interval_s": 0}, "interval_s: not a whole number of seconds in 1..3600"),
         ({"processes": "many"}, "processes: not a list"),
         ({"temp_c": 500}, "temp_c: above 200"),
+        ({"sm_active": 100.5}, "sm_active: above 100"),
+        ({"fp64_active": -0.1}, "fp64_active: below 0"),
+        ({"tensor_active": "busy"}, "tensor_active: not a number"),
+        ({"nvlink_rx_mibs": -1}, "nvlink_rx_mibs: below 0"),
+        ({"pcie_tx_mibs": 2e9}, "pcie_tx_mibs: above 1000000000.0"),
     ],
 )
 def test_a_bad_record_is_rejected_with_its_reason_and_the_rest_stored(small_cluster, fields, reason):
@@ -105,6 +117,27 @@ def test_nulls_stay_null_and_processes_are_kept(small_cluster):
     sample = Sample.objects.get()
     assert (sample.util_gpu, sample.power_w, sample.energy_j) == (None, None, None)
     assert sample.processes == procs
+
+
+def test_gpm_fields_are_stored_as_sent(small_cluster):
+    ingest(lines(record()))
+    assert Sample.objects.values(*GPM_FIELDS).get() == GPM
+
+
+def test_unknown_gpm_fields_stay_null_never_zero(small_cluster):
+    """A device without GPM (L40S, A100), the agent's first interval, or an older agent that sends no
+    GPM keys at all: every GPM column is null; a metric whose own read failed is null beside the rest."""
+    no_gpm = record(seq=1, **dict.fromkeys(GPM_FIELDS))
+    older_agent = {k: v for k, v in record(seq=2, ts=T - 50).items() if k not in GPM_FIELDS}
+    one_failed = record(seq=3, ts=T - 40, fp64_active=None)
+    assert ingest(lines(no_gpm, older_agent, one_failed)).stored == 3
+    by_ts = {int(s["ts"].timestamp()): s for s in Sample.objects.values("ts", *GPM_FIELDS)}
+    assert set(by_ts[T - 60].values()) - {by_ts[T - 60]["ts"]} == {None}
+    assert set(by_ts[T - 50].values()) - {by_ts[T - 50]["ts"]} == {None}
+    assert by_ts[T - 40]["fp64_active"] is None
+    assert {name: by_ts[T - 40][name] for name in GPM_FIELDS if name != "fp64_active"} == {
+        name: value for name, value in GPM.items() if name != "fp64_active"
+    }
 
 
 def test_a_line_that_is_not_json_fails_the_whole_page(small_cluster):

@@ -7,7 +7,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from agents.records import GPM_FIELDS
 from cluster.telemetry.rollup_math import (
+    GPM_MEANS,
     HOUR_S,
     MINUTE_S,
     RollupValues,
@@ -20,21 +22,32 @@ from cluster.telemetry.rollup_math import (
 
 T0 = 1_793_577_600  # 2026-11-02 00:00 UTC, the tests' time zero (tests/conftest.py)
 INTERVALS = (10, 57, 300)
-EXACT_FIELDS = ("covered_s", "util_covered_s", "util_max", "mem_used_max_mib", "temp_max_c", "xid_count", "ecc_dbe_count")
-FLOAT_FIELDS = ("util_mean", "util_mem_mean", "power_mean_w", "energy_j")
+EXACT_FIELDS = ("covered_s", "util_covered_s", "util_max", "mem_used_max_mib", "temp_max_c", "xid_count", "ecc_dbe_count",
+                "gpm_covered_s")
+FLOAT_FIELDS = ("util_mean", "util_mem_mean", "power_mean_w", "energy_j", *GPM_MEANS)
 
 pct = st.floats(0, 100, allow_nan=False)
+mibs = st.floats(0, 1e6, allow_nan=False)
 
 
 @st.composite
-def measurements(draw, *, has_util: bool, has_power: bool) -> dict:
+def gpm_readings(draw) -> dict:
+    """The GPM fields of one record, known together (one pair of GPM samples gives them all)."""
+    return {name: draw(mibs if name.endswith("_mibs") else pct) for name in GPM_FIELDS}
+
+
+@st.composite
+def measurements(draw, *, has_util: bool, has_power: bool, has_gpm: bool = False) -> dict:
     """One record's fields. A failed read (every field null) now and then, as the agent writes it, on
     GPUs that report utilization: on the others the hour's power weights would not be exact (see
-    cluster/telemetry/rollup_math.py)."""
+    cluster/telemetry/rollup_math.py). On a GPU with GPM, its fields are now and then all null on
+    their own (the agent's first interval, a refused GPM read)."""
     if has_util and draw(st.integers(0, 9)) == 0:
         return {}
     util = draw(pct) if has_util else None
+    gpm = draw(gpm_readings()) if has_gpm and draw(st.integers(0, 9)) > 0 else {}
     return {
+        **gpm,
         "util_gpu": util,
         "util_gpu_max": draw(st.one_of(st.none(), st.floats(util, 100))) if has_util else None,
         "util_mem": draw(pct) if has_util else None,
@@ -56,9 +69,9 @@ def aligned_records(draw, *, interval_s: int | None = None, span_s: int = 3 * HO
         interval = interval_s or draw(st.sampled_from(INTERVALS))
         first = T0 // interval + draw(st.integers(0, 50))
         slots = draw(st.sets(st.integers(first, first + span_s // interval), max_size=60))
-        has_util, has_power = draw(st.booleans()), draw(st.booleans())
+        has_util, has_power, has_gpm = draw(st.booleans()), draw(st.booleans()), draw(st.booleans())
         for slot in sorted(slots):
-            fields = draw(measurements(has_util=has_util, has_power=has_power))
+            fields = draw(measurements(has_util=has_util, has_power=has_power, has_gpm=has_gpm))
             records.append(SampleRecord(gpu_id=gpu_id, ts=slot * interval, interval_s=interval, **fields))
     return records
 
@@ -67,10 +80,11 @@ def aligned_records(draw, *, interval_s: int | None = None, span_s: int = 3 * HO
 def overlapping_records(draw) -> list[SampleRecord]:
     """Imported-like data: any end, any interval, overlaps allowed, within a short stretch."""
     records = {}
+    gpm_gpus = draw(st.sets(st.integers(0, 1)))
     for _ in range(draw(st.integers(0, 25))):
         gpu_id, ts = draw(st.integers(0, 1)), T0 + draw(st.integers(1, 900))
         has_util = gpu_id == 0  # per-GPU field presence, as on real GPUs
-        fields = draw(measurements(has_util=has_util, has_power=True))
+        fields = draw(measurements(has_util=has_util, has_power=True, has_gpm=gpu_id in gpm_gpus))
         records[gpu_id, ts] = SampleRecord(gpu_id=gpu_id, ts=ts, interval_s=draw(st.integers(1, 400)), **fields)
     return list(records.values())
 
@@ -100,6 +114,7 @@ def test_it_counts_each_covered_second_once(records):
             assert values.covered_s == covered_seconds(records, gpu_id, bucket, bucket_s)
             assert 0 < values.covered_s <= bucket_s
             assert 0 <= values.util_covered_s <= values.covered_s
+            assert 0 <= values.gpm_covered_s <= values.covered_s
 
 
 @given(overlapping_records())
@@ -167,6 +182,22 @@ def test_util_mean_lies_between_the_contributing_utilizations(records):
             continue
         assert min(utils) - 1e-9 <= values.util_mean <= max(utils) + 1e-9
         assert values.util_mean <= values.util_max + 1e-9
+
+
+@given(overlapping_records())
+def test_each_gpm_mean_lies_between_the_contributing_values(records):
+    spans = list(owned_spans(records))
+    for (gpu_id, bucket), values in minute_rollups(records).items():
+        owners = [r for r, s, e in spans if r.gpu_id == gpu_id and min(e, bucket + 60) > max(s, bucket)]
+        for name in GPM_FIELDS:
+            known = [getattr(r, name) for r in owners if getattr(r, name) is not None]
+            mean = getattr(values, f"{name}_mean")
+            if not known:
+                assert mean is None, name
+                continue
+            assert min(known) - 1e-9 * max(1, max(known)) <= mean <= max(known) * (1 + 1e-9) + 1e-9, name
+        if not any(r.sm_active is not None for r in owners):
+            assert values.gpm_covered_s == 0
 
 
 @pytest.mark.parametrize("interval_s", INTERVALS)
@@ -239,6 +270,60 @@ def test_an_overlapping_import_does_not_count_seconds_twice():
     assert values.util_mean == pytest.approx((10 * 20 + 35 * 90 + 15 * 20) / 60)
     assert values.util_max == 95.0  # maxima look at every overlapping record
     assert values.sample_count == 7
+
+
+def test_the_rollup_has_a_mean_for_each_gpm_field():
+    assert set(GPM_FIELDS) <= set(SampleRecord.__slots__)
+    assert {*GPM_MEANS, "gpm_covered_s"} <= set(RollupValues.__slots__)
+    assert GPM_MEANS == tuple(f"{name}_mean" for name in GPM_FIELDS)
+
+
+def test_gpm_means_weigh_each_record_by_the_seconds_it_owns():
+    # One minute: [0, 10) at SM 80 %, [10, 60) at SM 20 %.
+    short = SampleRecord(gpu_id=1, ts=T0 + 10, interval_s=10, sm_active=80.0, nvlink_rx_mibs=1000.0)
+    long = SampleRecord(gpu_id=1, ts=T0 + 60, interval_s=50, sm_active=20.0, nvlink_rx_mibs=4000.0)
+    values = minute_rollups([short, long])[1, T0]
+    assert values.sm_active_mean == pytest.approx((80 * 10 + 20 * 50) / 60)
+    assert values.nvlink_rx_mibs_mean == pytest.approx((1000 * 10 + 4000 * 50) / 60)
+    assert values.gpm_covered_s == 60
+    assert values.tensor_active_mean is None  # no record has it: unknown, not 0
+
+
+def test_a_record_without_gpm_is_covered_but_not_in_the_gpm_means():
+    # [0, 10) SM 80 %, [10, 30) no GPM (the agent's first interval after a restart), [30, 60) SM 20 %.
+    records = [
+        SampleRecord(gpu_id=1, ts=T0 + 10, interval_s=10, util_gpu=90.0, sm_active=80.0, fp16_active=40.0),
+        SampleRecord(gpu_id=1, ts=T0 + 30, interval_s=20, util_gpu=50.0),
+        SampleRecord(gpu_id=1, ts=T0 + 60, interval_s=30, util_gpu=10.0, sm_active=20.0, fp16_active=10.0),
+    ]
+    values = minute_rollups(records)[1, T0]
+    assert (values.covered_s, values.util_covered_s, values.gpm_covered_s) == (60, 60, 40)
+    assert values.sm_active_mean == pytest.approx((80 * 10 + 20 * 30) / 40)
+    assert values.fp16_active_mean == pytest.approx((40 * 10 + 10 * 30) / 40)
+    assert values.util_mean == pytest.approx((90 * 10 + 50 * 20 + 10 * 30) / 60)
+
+
+def test_a_gpu_without_gpm_has_no_gpm_means():
+    records = [SampleRecord(gpu_id=1, ts=T0 + 10 * k, interval_s=10, util_gpu=50.0) for k in range(1, 7)]
+    for values in (minute_rollups(records)[1, T0], hour_rollups_from_minutes(minute_rollups(records))[1, T0]):
+        assert values.gpm_covered_s == 0
+        assert all(getattr(values, mean) is None for mean in GPM_MEANS)
+
+
+def test_an_hour_weighs_each_minutes_gpm_means_by_its_gpm_seconds():
+    # Minute 0: 60 s at SM 90 %. Minute 1: 20 s at SM 30 %, 40 s without GPM. Minute 2: 60 s without
+    # fp64 (its own read failed all minute): fp64's hour mean is minute 0's alone.
+    records = [
+        SampleRecord(gpu_id=1, ts=T0 + 60, interval_s=60, sm_active=90.0, fp64_active=5.0),
+        SampleRecord(gpu_id=1, ts=T0 + 80, interval_s=20, sm_active=30.0, fp64_active=1.0),
+        SampleRecord(gpu_id=1, ts=T0 + 120, interval_s=40),
+        SampleRecord(gpu_id=1, ts=T0 + 180, interval_s=60, sm_active=60.0),
+    ]
+    hour = hour_rollups_from_minutes(minute_rollups(records))[1, T0]
+    assert hour.gpm_covered_s == 140
+    assert hour.sm_active_mean == pytest.approx((90 * 60 + 30 * 20 + 60 * 60) / 140)
+    assert hour.fp64_active_mean == pytest.approx((5 * 60 + 1 * 20) / 80)
+    assert_same(hour, bucket_rollups(records, bucket_s=HOUR_S)[1, T0])
 
 
 def test_random_agent_data_rolls_up_within_bounds():

@@ -8,9 +8,11 @@ import pytest
 from django.db import connection, transaction
 from django.test.utils import CaptureQueriesContext
 
+from agents.records import GPM_FIELDS
 from cluster.models import DirtyBucket, Gpu, HourRollup, MinuteRollup, Sample
 from cluster.telemetry import dirty_marks, rollups
 from cluster.telemetry.rollup_math import (
+    GPM_MEANS,
     HOUR_S,
     RollupValues,
     SampleRecord,
@@ -24,7 +26,7 @@ pytestmark = pytest.mark.django_db
 
 EPOCH0 = int(T0.timestamp())
 NOW = T0 + timedelta(days=1)  # "now" for retention rules, so tests do not depend on the real clock
-FLOAT_FIELDS = ("util_mean", "util_mem_mean", "power_mean_w", "energy_j")
+FLOAT_FIELDS = ("util_mean", "util_mem_mean", "power_mean_w", "energy_j", *GPM_MEANS)
 VALUE_FIELDS = RollupValues.__slots__
 SAMPLE_FIELDS = SampleRecord.__slots__[3:]
 
@@ -38,9 +40,13 @@ def at(epoch_s: int) -> datetime:
     return datetime.fromtimestamp(epoch_s, tz=UTC)
 
 
-def agent_records(gpu_ids, *, interval_s, start_s, end_s, seed=1, util=True) -> list[SampleRecord]:
-    """Agent-like records on interval boundaries in (start_s, end_s], with gaps and failed reads."""
+def agent_records(gpu_ids, *, interval_s, start_s, end_s, seed=1, util=True, gpm=True,
+                  lone_gpm_failures=False) -> list[SampleRecord]:
+    """Agent-like records on interval boundaries in (start_s, end_s], with gaps and failed reads. With
+    ``gpm`` (a Hopper GPU) the GPM fields are known together, but now and then all null (the first
+    interval after the agent starts); ``lone_gpm_failures``: a metric's own read fails now and then."""
     rnd = random.Random(seed)
+    gpm_rnd = random.Random(seed + 1000)  # its own stream: the other fields are drawn as before GPM came
     records = []
     for gpu_id in gpu_ids:
         for ts in range(start_s - start_s % interval_s + interval_s, end_s + 1, interval_s):
@@ -58,8 +64,21 @@ def agent_records(gpu_ids, *, interval_s, start_s, end_s, seed=1, util=True) -> 
                 energy_j=None if failed else rnd.uniform(60, 700) * interval_s,
                 temp_c=None if failed else rnd.randrange(30, 90),
                 xid_count=1 if roll > 0.97 else 0, ecc_dbe_count=1 if roll > 0.99 else None,
+                **(gpm_readings(gpm_rnd, lone_failures=lone_gpm_failures) if gpm and not failed else {}),
             ))
     return records
+
+
+def gpm_readings(rnd: random.Random, *, lone_failures: bool) -> dict:
+    if rnd.random() < 0.05:
+        return {}
+    readings = {name: rnd.uniform(0, 90_000) if name.endswith("_mibs") else round(rnd.uniform(0, 100), 2)
+                for name in GPM_FIELDS}
+    if lone_failures:
+        for name in GPM_FIELDS:
+            if rnd.random() < 0.05:
+                readings[name] = None
+    return readings
 
 
 def store(records) -> None:
@@ -73,12 +92,16 @@ def store(records) -> None:
 def store_as_collector(records) -> tuple[int, int]:
     """The collector's path: rows in a staging table, inserted and marked dirty in one statement."""
     cols = ", ".join(dirty_marks.SAMPLE_COLUMNS)
+
+    def row(r: SampleRecord) -> tuple:
+        values = {"gpu_id": r.gpu_id, "ts": at(r.ts), **{f: getattr(r, f) for f in SampleRecord.__slots__[2:]}}
+        return tuple(values.get(column) for column in dirty_marks.SAMPLE_COLUMNS)
+
     with connection.cursor() as cursor:
         cursor.execute(f"CREATE TEMP TABLE IF NOT EXISTS sample_in (LIKE {dirty_marks.SAMPLE}); TRUNCATE sample_in")
         cursor.executemany(
             f"INSERT INTO sample_in ({cols}) VALUES ({', '.join(['%s'] * len(dirty_marks.SAMPLE_COLUMNS))})",  # noqa: S608
-            [(r.gpu_id, at(r.ts), r.interval_s, r.util_gpu, r.util_gpu_max, r.util_mem, r.mem_used_mib, None,
-              r.power_w, r.energy_j, r.temp_c, None, r.xid_count, r.ecc_dbe_count, None) for r in records],
+            [row(r) for r in records],
         )
         return dirty_marks.insert_samples_marking_dirty(cursor, source_sql=f"SELECT {cols} FROM sample_in")  # noqa: S608
 
@@ -109,8 +132,10 @@ def assert_rollups(actual: dict, expected: dict, *, fields=VALUE_FIELDS) -> None
 
 @pytest.mark.parametrize("interval_s", [10, 57, 300])
 def test_it_matches_the_reference_across_minute_and_hour_boundaries(gpu_ids, interval_s):
-    records = agent_records(gpu_ids[:3], interval_s=interval_s, start_s=EPOCH0 - 5400 + 7, end_s=EPOCH0 + 4500)
-    records += agent_records(gpu_ids[3:4], interval_s=interval_s, start_s=EPOCH0, end_s=EPOCH0 + 900, util=False)
+    records = agent_records(gpu_ids[:3], interval_s=interval_s, start_s=EPOCH0 - 5400 + 7, end_s=EPOCH0 + 4500,
+                            lone_gpm_failures=True)
+    records += agent_records(gpu_ids[3:4], interval_s=interval_s, start_s=EPOCH0, end_s=EPOCH0 + 900, util=False,
+                             gpm=False)
     roll_up_everything(records)
     reference = minute_rollups(records)
     assert_rollups(stored(MinuteRollup), reference)
@@ -132,6 +157,47 @@ def test_a_partly_covered_minute_counts_only_its_covered_seconds(gpu_ids):
     assert HourRollup.objects.get().covered_s == 30
 
 
+def test_gpm_means_weigh_each_record_by_the_seconds_it_owns(gpu_ids):
+    # One minute: [0, 10) at SM 80 %, [10, 30) without GPM (the agent's first interval), [30, 60) at SM 20 %;
+    # the next minute: 60 s at SM 50 %, tensor unknown (its own read failed).
+    gpu = gpu_ids[0]
+    records = [
+        SampleRecord(gpu_id=gpu, ts=EPOCH0 + 10, interval_s=10, util_gpu=90.0, sm_active=80.0, tensor_active=60.0,
+                     pcie_rx_mibs=500.0),
+        SampleRecord(gpu_id=gpu, ts=EPOCH0 + 30, interval_s=20, util_gpu=50.0),
+        SampleRecord(gpu_id=gpu, ts=EPOCH0 + 60, interval_s=30, util_gpu=10.0, sm_active=20.0, tensor_active=10.0,
+                     pcie_rx_mibs=2000.0),
+        SampleRecord(gpu_id=gpu, ts=EPOCH0 + 120, interval_s=60, util_gpu=40.0, sm_active=50.0, pcie_rx_mibs=800.0),
+    ]
+    roll_up_everything(records)
+    first, second = MinuteRollup.objects.order_by("bucket")
+    assert (first.covered_s, first.util_covered_s, first.gpm_covered_s) == (60, 60, 40)
+    assert first.sm_active_mean == pytest.approx((80 * 10 + 20 * 30) / 40)
+    assert first.tensor_active_mean == pytest.approx((60 * 10 + 10 * 30) / 40)
+    assert first.pcie_rx_mibs_mean == pytest.approx((500 * 10 + 2000 * 30) / 40)
+    assert first.fp64_active_mean is None  # no record has it: unknown, not 0
+    assert (second.gpm_covered_s, second.sm_active_mean, second.tensor_active_mean) == (60, 50.0, None)
+    hour = HourRollup.objects.get()
+    assert hour.gpm_covered_s == 100
+    assert hour.sm_active_mean == pytest.approx((80 * 10 + 20 * 30 + 50 * 60) / 100)
+    assert hour.tensor_active_mean == pytest.approx((60 * 10 + 10 * 30) / 40)
+    assert hour.fp64_active_mean is None
+    assert_rollups(stored(HourRollup), bucket_rollups(records, bucket_s=HOUR_S))
+
+
+def test_a_10_s_and_a_50_s_record_weigh_by_their_seconds(gpu_ids):
+    records = [
+        SampleRecord(gpu_id=gpu_ids[0], ts=EPOCH0 + 10, interval_s=10, sm_active=80.0, nvlink_tx_mibs=100.0),
+        SampleRecord(gpu_id=gpu_ids[0], ts=EPOCH0 + 60, interval_s=50, sm_active=20.0, nvlink_tx_mibs=400.0),
+    ]
+    assert store_as_collector(records) == (2, 1)
+    rollups.rollup_pending()
+    for rollup in (MinuteRollup.objects.get(), HourRollup.objects.get()):
+        assert rollup.sm_active_mean == pytest.approx((80 * 10 + 20 * 50) / 60)
+        assert rollup.nvlink_tx_mibs_mean == pytest.approx((100 * 10 + 400 * 50) / 60)
+        assert (rollup.gpm_covered_s, rollup.util_covered_s, rollup.util_mean) == (60, 0, None)
+
+
 def test_an_unmeasured_mig_instance_is_covered_with_no_utilization(gpu_ids):
     records = [
         SampleRecord(gpu_id=gpu_ids[0], ts=EPOCH0 + 10 * k, interval_s=10, mem_used_mib=9000, util_mem=None)
@@ -141,6 +207,7 @@ def test_an_unmeasured_mig_instance_is_covered_with_no_utilization(gpu_ids):
     for rollup in (MinuteRollup.objects.get(), HourRollup.objects.get()):
         assert (rollup.covered_s, rollup.util_covered_s, rollup.util_mean, rollup.util_max) == (60, 0, None, None)
         assert rollup.mem_used_max_mib == 9000
+        assert (rollup.gpm_covered_s, rollup.sm_active_mean) == (0, None)
 
 
 def test_a_late_record_raises_coverage_and_is_recomputed(gpu_ids):
