@@ -122,8 +122,8 @@ def test_the_board_and_the_team_page_show_shallow_busy_memory_held_and_idle_powe
         team_page = client.get(f"/teams/{team_a.slug}/")
     assert board.status_code == body.status_code == team_page.status_code == 200
     html = board.content.decode()
-    assert "Shallow busy: 1 card-hours (33.3 % of the busy card-hours with SM data, 60 % of all busy ones)" in html
-    assert "Idle: 1 card-hours with memory held (over 1024 MiB in use: a notebook or a stuck job), 1 empty." in html
+    assert "Shallow busy: 1.0 card-hours (33.3 % of the busy card-hours with SM data, 60 % of all busy ones)" in html
+    assert "Idle: 1.0 card-hours with memory held (over 1024 MiB in use: a notebook or a stuck job), 1.0 empty." in html
     assert "no SM data" in html  # the L40S job's row
     assert "n1/0" in html.split('data-testid="idle-power"')[1].split("</table>")[0]
     figures = body.json()
@@ -138,5 +138,5 @@ def test_the_board_and_the_team_page_show_shallow_busy_memory_held_and_idle_powe
     assert ranked["a-train-1"]["card_hours_shallow_busy"] == "1.0000"
     assert ranked["b-infer-1"]["card_hours_shallow_busy"] is None
     team_html = team_page.content.decode()
-    assert "Shallow busy: 1 card-hours (33.3 % of the busy card-hours with SM data, 100 % of all busy ones)" in team_html
+    assert "Shallow busy: 1.0 card-hours (33.3 % of the busy card-hours with SM data, 100 % of all busy ones)" in team_html
     assert "1.00 memory held" in team_html
