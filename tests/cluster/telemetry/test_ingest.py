@@ -7,7 +7,15 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from django.db import transaction
 
-from agents.records import FLOAT_RANGES, GPM_FIELDS, INT_RANGES, PROCESS_FIELDS, RECORD_FIELDS, SPOOL_FIELDS, empty_record
+from agents.records import (
+    FLOAT_RANGES,
+    GPM_FIELDS,
+    INT_RANGES,
+    PROCESS_FIELDS,
+    RECORD_FIELDS,
+    SPOOL_FIELDS,
+    empty_record,
+)
 from cluster.models import DirtyBucket, Gpu, Sample
 from cluster.telemetry.ingest import IMPORT_FIELDS, NOT_STORED, SAMPLE_COLUMNS, STORED_AS, ingest_json_lines
 

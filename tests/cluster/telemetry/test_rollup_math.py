@@ -275,7 +275,7 @@ def test_an_overlapping_import_does_not_count_seconds_twice():
 def test_the_rollup_has_a_mean_for_each_gpm_field():
     assert set(GPM_FIELDS) <= set(SampleRecord.__slots__)
     assert {*GPM_MEANS, "gpm_covered_s"} <= set(RollupValues.__slots__)
-    assert GPM_MEANS == tuple(f"{name}_mean" for name in GPM_FIELDS)
+    assert tuple(f"{name}_mean" for name in GPM_FIELDS) == GPM_MEANS
 
 
 def test_gpm_means_weigh_each_record_by_the_seconds_it_owns():

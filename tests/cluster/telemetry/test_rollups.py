@@ -1,4 +1,8 @@
-"""Rollup maintenance in SQL (cluster/telemetry/rollups.py, dirty_marks.py) against the pure reference (cluster/telemetry/rollup_math.py)."""
+"""Rollup maintenance in SQL (cluster/telemetry/rollups.py, dirty_marks.py) against the pure reference (cluster/telemetry/rollup_math.py).
+
+Long because the SQL is checked field by field, workers and writers at once included, against one set of
+fixtures and helpers (agent-like records, the collector's path, stored rows as RollupValues).
+"""
 
 import random
 import threading
