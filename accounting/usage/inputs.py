@@ -27,12 +27,13 @@ from accounting.usage.states import (
 from cluster.bookings.holds import RangeBoundEpoch
 from cluster.bookings.slots import epoch
 from cluster.choices import GpuStatus, NodeStatus
-from cluster.models import Allocation, Gpu, GpuHold, HoldKind, MinuteRollup, NodeStatusPeriod
+from cluster.models import Allocation, Gpu, GpuHold, GpuModel, HoldKind, MinuteRollup, NodeStatusPeriod
 from core.timewindow import WINDOW_END, WINDOW_START
 from core.units import WHOLE_GPU_SHARE
 
 BOOKING_FIRST, JOBS_AFTER = 0, 1
 MINUTE_ROLLUP = MinuteRollup._meta.db_table
+GPU, GPU_MODEL = Gpu._meta.db_table, GpuModel._meta.db_table
 
 
 @dataclass
@@ -138,24 +139,21 @@ def _down_ranges(windows, ids, start, end, now_s) -> None:
         windows[gpu_id].down.append((lo, hi))
 
 
-def power_floors(gpu_ids: Sequence[int]) -> dict[int, int]:
-    """GPU id → its model's idle-power floor in watts (``CARDHOUR_IDLE_POWER_FLOOR_W``, by short name);
-    a GPU whose model has none is left out."""
-    floors = settings.CARDHOUR_IDLE_POWER_FLOOR_W
-    if not floors:
-        return {}
-    rows = Gpu.objects.filter(pk__in=list(gpu_ids)).values_list("pk", "model__short_name")
-    return {pk: floors[name.upper()] for pk, name in rows if name and name.upper() in floors}
-
-
 def minute_codes_by_gpu(gpu_ids: Sequence[int], lo: int, hi: int, threshold: float) -> dict[int, tuple[np.ndarray, np.ndarray]]:
     """Each GPU's minute codes and energy (millijoules) over ``[lo, hi)`` (epoch seconds): one bytea per
     GPU of (minute index, code, energy) built by PostgreSQL and read with numpy, so a day of 1,000 GPUs is
     1,000 rows, not 1.4 M. A code is :func:`accounting.usage.states.minute_code` of the minute's rollup,
     here in SQL (the same rules: tests/accounting/usage/test_refinements.py holds the two together)."""
     minutes = (hi - lo) // MINUTE
-    floors = power_floors(gpu_ids)
+    floors = settings.CARDHOUR_IDLE_POWER_FLOOR_W  # watts by GPU model short name, upper case
+    # Each GPU's idle-power floor comes from its model's short name in the same statement (no read more).
     sql = f"""
+        WITH f AS (
+            SELECT g.id AS gpu_id, w.floor_w
+            FROM {GPU} g JOIN {GPU_MODEL} m ON m.id = g.model_id
+            JOIN unnest(%(floor_models)s::text[], %(floors)s::float8[]) AS w(model, floor_w) ON w.model = upper(m.short_name)
+            WHERE g.id = ANY(%(ids)s)
+        )
         SELECT r.gpu_id, string_agg(
             int4send(((extract(epoch FROM r.bucket)::bigint - %(lo)s) / 60)::int)
             || int2send((CASE WHEN r.util_covered_s > 0 THEN least(r.util_covered_s, 60)
@@ -169,7 +167,7 @@ def minute_codes_by_gpu(gpu_ids: Sequence[int], lo: int, hi: int, threshold: flo
             || int8send(coalesce(round(r.energy_j * 1000), 0)::bigint),
             ''::bytea ORDER BY r.bucket)
         FROM {MINUTE_ROLLUP} r
-        LEFT JOIN unnest(%(floor_gpus)s::bigint[], %(floors)s::float8[]) AS f(gpu_id, floor_w) ON f.gpu_id = r.gpu_id
+        LEFT JOIN f ON f.gpu_id = r.gpu_id
         WHERE r.gpu_id = ANY(%(ids)s) AND r.bucket >= to_timestamp(%(lo)s) AND r.bucket < to_timestamp(%(hi)s)
         GROUP BY r.gpu_id
     """  # noqa: S608 (the table name from model metadata; values are bound)
@@ -178,7 +176,7 @@ def minute_codes_by_gpu(gpu_ids: Sequence[int], lo: int, hi: int, threshold: flo
     params = {"lo": lo, "hi": hi, "ids": list(gpu_ids), "threshold": threshold, "busy": BUSY_FLAG, "sm": SM_FLAG,
               "shallow": SHALLOW_FLAG, "shallow_pct": settings.CARDHOUR_SHALLOW_SM_PCT, "memory": MEMORY_FLAG,
               "memory_mib": settings.CARDHOUR_MEMORY_HELD_MIB, "low_power": LOW_POWER_FLAG,
-              "floor_gpus": list(floors), "floors": [float(w) for w in floors.values()]}
+              "floor_models": list(floors), "floors": [float(w) for w in floors.values()]}
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
         for gpu_id, blob in cursor.fetchall():

@@ -20,7 +20,8 @@ pytestmark = pytest.mark.django_db
 MINUTE = timedelta(minutes=1)
 LIST_URL = reverse("cluster:job-list")
 LIST_QUERIES = 10  # session, user, groups, count, page rows, team, project and model choices, nav memberships, unread
-DETAIL_QUERIES = 9  # session, user, groups, job, allocations, minute rollups, runs, nav memberships, unread
+DETAIL_QUERIES = 10  # session, user, groups, job, allocations, minute rollups, runs, nav memberships, unread,
+# and the GPUs' SM activity beside GPU % (issue 16)
 
 
 def make_job(team, external_id, *, start=T0, minutes=60, submit_wait=5, state=JobState.COMPLETED, gpus=None,
