@@ -43,9 +43,14 @@ def _rand(k: int, a: str = "gpu_id", b: str = "mi") -> str:
 # 0 at 04:00 and 1 at 16:00 (local), damped to 45 % on weekends: an endpoint's traffic
 _RHYTHM = """(0.5 - 0.5 * cos(2 * pi() * (((mi + %(offset)s) %% 1440) / 60.0 - 4) / 24))
     * CASE WHEN ((mi + %(offset)s) / 1440 + 3) %% 7 >= 5 THEN 0.45 ELSE 1 END"""
+# A hung pretraining run (its idle tail) whose job number is even hangs in a collective that never returns:
+# the kernel spins, so the duty cycle reads 99–100 % on a few SMs while the GPU draws its idle power (as NCCL
+# hangs look); the odd ones hang idle (a stalled data loader). The board's "busy at idle power" finds them.
+_SPIN = f"(s.kind = {PRETRAIN} AND mi >= s.idle_from AND s.seed %% 2 = 0)"
 _UTIL = f"""CASE
     WHEN g.mig THEN NULL
     WHEN s.kind = {FREE} THEN 2 * {_rand(1)}
+    WHEN {_SPIN} THEN 99 + {_rand(1)}
     WHEN s.kind = {IDLE} OR mi < s.idle_to OR mi >= s.idle_from THEN 0.2 + 3.5 * {_rand(1)}
     WHEN s.kind = {FULL} THEN least(100, s.level + 3 * {_rand(1)})
     WHEN s.kind = {PRETRAIN} THEN CASE WHEN (mi + s.seed * 7) %% 60 < 2 THEN 35 + 20 * {_rand(1)}
@@ -85,7 +90,7 @@ stretches AS (  -- in epoch minutes: generate_series and the hashes work on inte
 INSERT INTO {MINUTE_ROLLUP} ({", ".join((*ROLLUP_COLUMNS, *GPM_COLUMNS))})
 SELECT gpu_id, to_timestamp(mi * 60), round(util * 10) / 10,
        CASE WHEN NOT mig THEN round(least(100, util + 6 * r3) * 10) / 10 END,
-       CASE WHEN mig THEN NULL WHEN kind = {FREE} THEN 0 ELSE round(util * 4.5) / 10 END,
+       CASE WHEN mig THEN NULL WHEN kind = {FREE} OR spin THEN 0 ELSE round(util * 4.5) / 10 END,
        CASE WHEN mig THEN 61 WHEN kind = {FREE} THEN 0
             WHEN mi < idle_to THEN (memory_mib * 0.25)::int ELSE (memory_mib * memory)::int END,
        round(power * 10) / 10, round(power * covered * 10) / 10,
@@ -95,14 +100,16 @@ SELECT gpu_id, to_timestamp(mi * 60), round(util * 10) / 10,
        round(least(100, CASE WHEN kind = {SERVE} THEN 30 + 1.5 * sm ELSE 0.45 * sm END) * 10) / 10,
        CASE WHEN sm IS NULL THEN 0 ELSE covered END
 FROM (
-    SELECT *, CASE WHEN gpm AND NOT mig THEN least(util, util * {_SM_RATIO} * (0.92 + 0.16 * r4)) END AS sm
+    SELECT *, CASE WHEN NOT gpm OR mig THEN NULL WHEN spin THEN 0.6 + 0.9 * r4
+                   ELSE least(util, util * {_SM_RATIO} * (0.92 + 0.16 * r4)) END AS sm
     FROM (
     SELECT *,
         CASE WHEN mig THEN idle_w + (full_w - idle_w) * (0.1 + 0.2 * r3)
              WHEN kind = {FREE} THEN idle_w * (0.99 + 0.02 * r3)
+             WHEN spin THEN idle_w * (1.03 + 0.1 * r3)
              ELSE idle_w + (full_w - idle_w) * (0.06 + 0.94 * power(util / 100, 1.2)) END AS power
     FROM (
-        SELECT g.*, s.kind, s.memory, s.idle_to, s.seed, mi, {_rand(3)} AS r3, {_rand(4)} AS r4, {_UTIL} AS util,
+        SELECT g.*, s.kind, s.memory, s.idle_to, s.seed, mi, {_rand(3)} AS r3, {_rand(4)} AS r4, {_UTIL} AS util, {_SPIN} AS spin,
             CASE WHEN {_rand(2)} < 0.0015 THEN 10 + floor({_rand(3)} * 40)::int ELSE 60 END AS covered
         FROM gpus g
         JOIN stretches s USING (gpu_id)

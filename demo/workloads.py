@@ -3,8 +3,9 @@ the day and the week, and the profile that demo/telemetry.py turns into a utiliz
 
 - **llm**: pretraining (whole H200 nodes for a day or more, ~95 % with a short dip at each hourly
   checkpoint after a quarter of an hour idle loading its checkpoint; one run in six hangs for its
-  last 2–6 hours, idle, until it is cancelled) and fine-tunes (sft, dpo, reward model: 86–93 %, one
-  in three idle for its first 20–60 minutes).
+  last 2–6 hours until it is cancelled: idle (a stalled data loader) or, for an even job number,
+  spinning in a collective at 99–100 % duty cycle on a few SMs and idle power, see demo/telemetry.py)
+  and fine-tunes (sft, dpo, reward model: 86–93 %, one in three idle for its first 20–60 minutes).
 - **vision**: training at 62–90 % (one job in three idle for its first hours, waiting for its data;
   one in four idle for its last hours, done but not exited; one multi-GPU job in four busy on its
   first GPU only) and Jupyter sessions of about eight hours
