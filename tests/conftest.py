@@ -51,6 +51,8 @@ CLOCK_MODULES = frozenset({
     "accounting/usage/test_backfill_migration.py",
     "accounting/usage/test_pending.py",
     "accounting/usage/test_report.py",
+    "accounting/usage/test_refinements_db.py",
+    "cluster/telemetry/test_activity_pages.py",
     "boards/test_periods.py",
     "boards/test_profile.py",
     "boards/test_projection.py",

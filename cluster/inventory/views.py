@@ -10,7 +10,13 @@ from cluster.inventory.filters import FIRST_DAY, NodeDayForm, NodeFilterForm, no
 from cluster.inventory.holders import HolderState, attach_holders
 from cluster.inventory.selectors import inventory_summary
 from cluster.telemetry import charts
-from cluster.telemetry.selectors import gpu_activity, node_day_series, node_gpu_labels, node_health, still_filling_from
+from cluster.telemetry.selectors import (
+    gpu_activity,
+    node_day_series,
+    node_gpu_labels,
+    node_health,
+    still_filling_from,
+)
 from core.timeutils import business_day_bounds, business_today, epoch_ms
 
 HEATMAP_BUCKET_MINUTES = 10
