@@ -171,6 +171,12 @@ def heatmap_matrix(df: pd.DataFrame) -> HeatmapMatrix:
                          kinds=kinds, util=cell_util, rows=rows, cols=cols, frame=df)
 
 
+def _holding_line(teams, holders, text: BoardText) -> str:
+    """A heatmap cell's hover lines after the utilization: the holding teams, then up to three holders."""
+    return "<br>" + escape(", ".join(teams) or text.no_holder, quote=False) + (
+        "<br>" + "<br>".join(escape(h, quote=False) for h in holders[:3]) if holders else "")
+
+
 def heatmap_figure(df: pd.DataFrame, *, zone: tzinfo = UTC, text: BoardText = BoardText()) -> dict:
     """One heatmap trace, a row per GPU (grouped by node) and a column per hour (``df``:
     :func:`boards.hours.day_hours`). A cell is the hour's mean utilization where the GPU was mostly
@@ -188,23 +194,23 @@ def heatmap_figure(df: pd.DataFrame, *, zone: tzinfo = UTC, text: BoardText = Bo
     util_rows = cells.util[cells.rows, cells.cols]
     labels_of_kind = [text.label(kind) if kind != MEASURED else "" for kind in CELL_KINDS]
     partial = f" ({text.partial})"
-    # GPU-hours share a few lists of teams and holders (boards.hours: one list object per distinct value),
-    # so each is written once, found by the lists' identities (both stay alive in ``df`` meanwhile).
-    said: dict[tuple[int, int], str] = {}
-
-    def holding(teams, holders) -> str:
+    # GPU-hours share a few lists of teams and holders (boards.hours: one list object per distinct value), so
+    # each holding line is written once per distinct pair of lists (found by the lists' identities; both stay
+    # alive in ``df`` meanwhile) and each cell's hover is three joined strings.
+    lines: list[str] = []  # the distinct holding lines
+    line_of: dict[tuple[int, int], int] = {}
+    which = []  # each row's line
+    for teams, holders in zip(df["teams"].tolist(), df["holders"].tolist(), strict=True):
         key = (id(teams), id(holders))
-        line = said.get(key)
+        line = line_of.get(key)
         if line is None:
-            line = said[key] = "<br>" + escape(", ".join(teams) or text.no_holder, quote=False) + (
-                "<br>" + "<br>".join(escape(h, quote=False) for h in holders[:3]) if holders else "")
-        return line
-
+            line = line_of[key] = len(lines)
+            lines.append(_holding_line(teams, holders, text))
+        which.append(line)
     hover_rows = [
-        (f"{text.utilization} {u:.1f} %" if k == 0 else labels_of_kind[k]) + holding(teams, holders)
-        + (partial if p else "")
-        for k, u, teams, holders, p in zip(kind_rows.tolist(), util_rows.tolist(), df["teams"], df["holders"],
-                                           df["partial"].tolist(), strict=True)
+        (f"{text.utilization} {u:.1f} %" if k == 0 else labels_of_kind[k]) + lines[w] + (partial if p else "")
+        for k, u, w, p in zip(kind_rows.tolist(), util_rows.tolist(), which, df["partial"].tolist(),
+                              strict=True)
     ]
     labels = cells.labels
     shown = [key for key in (UNMEASURED, OTHER_TEAMS, DOWN, UNALLOCATED)

@@ -13,6 +13,7 @@ from boards.scope import BoardScope
 from cluster.models import GpuModel, Node
 from core.timeutils import business_day_of, business_today
 from core.timewindow import WINDOW_START
+from core.widgets import QuickSelect
 from teams.models import Team
 
 DATE_RULE = _("The “date” parameter must be a business day written YYYY-MM-DD, from 2000-01-01 to today.")
@@ -31,18 +32,22 @@ class BoardFilterForm(forms.Form):
         label=_("Day"), required=False, input_formats=["%Y-%m-%d"], error_messages={"invalid": DATE_RULE},
         widget=forms.DateInput(attrs={"type": "date"}, format="%Y-%m-%d"),
     )
-    pool = forms.ChoiceField(label=_("Pool"), required=False, error_messages={"invalid_choice": POOL_RULE})
+    # QuickSelect: a thousand-GPU cluster's nodes are a long list, and Django's template per option is slow.
+    # The querysets read only what a choice shows (a node's agent token is never decrypted here).
+    pool = forms.ChoiceField(label=_("Pool"), required=False, error_messages={"invalid_choice": POOL_RULE},
+                             widget=QuickSelect)
     gpu_model = forms.ModelChoiceField(
-        label=_("GPU model"), queryset=GpuModel.objects.order_by("short_name"), to_field_name="short_name",
-        required=False, empty_label=_("All models"), error_messages={"invalid_choice": MODEL_RULE},
+        label=_("GPU model"), queryset=GpuModel.objects.only("id", "short_name").order_by("short_name"),
+        to_field_name="short_name", required=False, empty_label=_("All models"),
+        error_messages={"invalid_choice": MODEL_RULE}, widget=QuickSelect,
     )
     node = forms.ModelChoiceField(
-        label=_("Node"), queryset=Node.objects.order_by("hostname"), to_field_name="hostname", required=False,
-        empty_label=_("All nodes"), error_messages={"invalid_choice": NODE_RULE},
+        label=_("Node"), queryset=Node.objects.only("id", "hostname").order_by("hostname"), to_field_name="hostname",
+        required=False, empty_label=_("All nodes"), error_messages={"invalid_choice": NODE_RULE}, widget=QuickSelect,
     )
     team = forms.ModelChoiceField(
-        label=_("Team"), queryset=Team.objects.order_by("name"), to_field_name="slug", required=False,
-        empty_label=_("All teams"), error_messages={"invalid_choice": TEAM_RULE},
+        label=_("Team"), queryset=Team.objects.only("id", "name", "slug").order_by("name"), to_field_name="slug",
+        required=False, empty_label=_("All teams"), error_messages={"invalid_choice": TEAM_RULE}, widget=QuickSelect,
     )
 
     def __init__(self, data=None, *, now: datetime, **kwargs):

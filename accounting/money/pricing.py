@@ -20,6 +20,7 @@ from core.units import TICKS_PER_CARD_HOUR
 
 MILLIJOULES_PER_KWH = 3_600_000_000
 CARD_HOUR_PLACES = 4
+_NO_CARD_HOURS = Decimal(0).scaleb(-CARD_HOUR_PLACES)  # 0.0000, as card_hours(0) would give
 ENERGY = "energy"
 
 
@@ -102,6 +103,8 @@ def line_amount(ticks: int, rate: Decimal, currency: str, kind: str = "busy") ->
 def card_hours(ticks: int, kind: str = "busy") -> Decimal:
     """The quantity a line shows: card-hours, or kWh for energy; half away from zero, in integer
     arithmetic (the board's ranking converts thousands of them a request)."""
+    if not ticks:
+        return _NO_CARD_HOURS  # most refinements of most rows (issue 16): a shared zero
     unit, scale = units_per_priced_unit(kind), 10**CARD_HOUR_PLACES
     units = (2 * abs(ticks) * scale + unit) // (2 * unit)
     return Decimal(-units if ticks < 0 else units).scaleb(-CARD_HOUR_PLACES)
