@@ -187,8 +187,6 @@ def _idle_rows(first: date, last: date, keys: list[tuple], holders: dict, folded
 
 def _priced(lines: dict[tuple, int], rates, currency: str) -> Decimal:
     """Ticks per (GPU model, day) at each day's rate card of the model, rounded once per rate card."""
-    if not lines:
-        return Decimal(0).scaleb(-MINOR_UNITS[currency])
     by_card: dict[tuple, int] = defaultdict(int)  # (model, rate card's start, price) → ticks
     for (model_id, day), ticks in lines.items():
         rate = rate_on(rates, model_id, day)
