@@ -21,7 +21,7 @@ from accounting.models import HourlyUsage, UsageAggregateState
 from accounting.usage.states import ALLOCATED_STATES, BUSY, DOWN, IDLE, UNALLOCATED
 from boards.maths import BANDS, OTHER_TEAMS, SERIES
 from boards.scope import BoardScope
-from cluster.inventory.holders import holdings_between
+from cluster.inventory.holders import visible_spans_between
 from cluster.models import Gpu, HourRollup, Node
 from core.queries import numpy_rows
 from teams.models import Team
@@ -225,13 +225,12 @@ def _holders(scope: BoardScope, user, gpu_ids: np.ndarray, hours: np.ndarray, ce
     rank_of = {gpu_id: n for n, gpu_id in enumerate(gpu_ids.tolist())}
     labels: dict[str, int] = {}
     rank, lo, hi, label = [], [], [], []
-    for gpu_id, spans in holdings_between(user, list(rank_of), start=start, end=end, now=scope.now,
-                                          visible_only=True).items():
-        for span in spans:
-            rank.append(rank_of[gpu_id])
-            lo.append(span.start_s)
-            hi.append(span.end_s)
-            label.append(labels.setdefault(span.holding.label, len(labels)))
+    for gpu_id, span_start, span_end, span_label in visible_spans_between(user, list(rank_of), start=start, end=end,
+                                                                          now=scope.now):
+        rank.append(rank_of[gpu_id])
+        lo.append(span_start)
+        hi.append(span_end)
+        label.append(labels.setdefault(span_label, len(labels)))
     if not rank:
         return [[]] * len(cells)
     first = np.maximum(np.searchsorted(hours, np.array(lo), side="right") - 1, 0)

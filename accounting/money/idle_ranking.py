@@ -16,8 +16,10 @@ from dataclasses import dataclass
 from datetime import date, timedelta
 from decimal import Decimal
 
+import numpy as np
 from django.conf import settings
-from django.db.models import BigIntegerField, Q, Sum
+from django.db import connection
+from django.db.models import BigIntegerField, F, Func, Q, Sum, Value
 from django.db.models.functions import Cast, Coalesce
 
 from accounting.models import DailyHolderUsage
@@ -29,7 +31,7 @@ from cluster.inventory.holders import booking_label, job_label
 from cluster.jobs.kpis import percent_of
 from cluster.models import Booking, Job
 from core.money import MINOR_UNITS
-from core.queries import id_array
+from core.queries import id_array, numpy_rows
 from teams.models import Team
 from teams.selectors import visible_team_ids
 
@@ -89,113 +91,181 @@ def rank_idle(first: date, last: date, *, user, gpus: Q | None = None, narrowed_
         query = query.filter(placed | unplaced)
     if team_id is not None:
         query = query.filter(team_id=team_id)
-    by_day = first != last  # the idle ticks of each day, to price each at its day's rate card
-    rows = (query.values_list("job_id", "booking_id", "team_id", "gpu__model_id", *(("day",) if by_day else ()))
-            .annotate(total=Cast(Sum("ticks"), BigIntegerField()),
-                      idle=Cast(Coalesce(Sum("ticks", filter=Q(state=IDLE)), 0), BigIntegerField()),
-                      busy=Cast(Coalesce(Sum("ticks", filter=Q(state=BUSY)), 0), BigIntegerField()),
-                      sm=Cast(Sum("sm_ticks"), BigIntegerField()), shallow=Cast(Sum("shallow_ticks"), BigIntegerField()),
-                      held=Cast(Sum("memory_held_ticks"), BigIntegerField()))
-            .order_by())
-    holders: dict[tuple, dict] = {}
-    for job_id, booking_id, holder_team, model_id, *day, total, idle, busy, sm, shallow, held in rows:  # bigint: exact
-        key = ("job", job_id) if job_id else ("booking", booking_id)
-        entry = holders.get(key)
-        if entry is None:
-            entry = holders[key] = {"allocated": 0, "idle": {}, "shallow": {}, "busy": 0, "sm": 0, "held": 0,
-                                    "team": holder_team, "unplaced": False}
-        entry["allocated"] += total
-        entry["unplaced"] |= model_id is None and job_id is not None
-        entry["busy"] += busy
-        entry["sm"] += sm
-        entry["held"] += held
-        line = (model_id, day[0] if day else first)
-        if idle:
-            entry["idle"][line] = entry["idle"].get(line, 0) + idle
-        if shallow:
-            entry["shallow"][line] = entry["shallow"].get(line, 0) + shallow
-    return _rows(first, last, holders, user, limit)
+    return _rows(first, last, _Holders.of(_sums(query, first, by_day=first != last)), user, limit)
 
 
-def _rows(first: date, last: date, holders: dict, user, limit: int | None) -> tuple[list[IdleRow], int]:
+def _sums(query, first: date, *, by_day: bool) -> np.ndarray:
+    """The usage of ``query`` per holder, GPU model (and day, ``by_day``: to price each day at its rate
+    card) as integer columns (:data:`_COLUMNS`; 0 for none, ``day`` in days after ``first``): one GROUP BY,
+    read as one packed array (thousands of rows a day, no Python tuple each)."""
+    def total(value, **extra):
+        return Cast(Coalesce(Sum(value, **extra), 0), BigIntegerField())
+
+    # date − date is a number of days in PostgreSQL
+    day = Func(F("day"), Value(first), arg_joiner=" - ", template="(%(expressions)s)") if by_day else Value(0)
+    rows = (query.values(holder_job=Coalesce("job_id", 0), holder_booking=Coalesce("booking_id", 0),
+                         holder_team=Coalesce("team_id", 0), model=Coalesce("gpu__model_id", 0),
+                         offset=Cast(day, BigIntegerField()))
+            .annotate(total=total("ticks"), idle=total("ticks", filter=Q(state=IDLE)),
+                      busy=total("ticks", filter=Q(state=BUSY)), sm=total("sm_ticks"),
+                      shallow=total("shallow_ticks"), held=total("memory_held_ticks"))
+            .order_by().values_list(*_COLUMNS))
+    sql, params = rows.query.sql_with_params()
+    with connection.cursor() as cursor:
+        return numpy_rows(cursor, sql, params, "i" * len(_COLUMNS))
+
+
+_COLUMNS = ("holder_job", "holder_booking", "holder_team", "model", "offset", "total", "idle", "busy", "sm", "shallow", "held")
+_JOB, _BOOKING, _TEAM, _MODEL, _DAY, _TOTAL, _IDLE, _BUSY, _SM, _SHALLOW, _HELD = range(len(_COLUMNS))
+
+
+@dataclass(frozen=True)
+class _Holders:
+    """The period's holders (a job or a booking each) as columns, in the order of ``keys`` (a job's id × 2,
+    a booking's × 2 + 1); ``of_row`` places each row of ``rows`` (:func:`_sums`) in its holder."""
+
+    rows: np.ndarray
+    keys: np.ndarray
+    of_row: np.ndarray
+    team: np.ndarray  # 0: none
+    unplaced: np.ndarray
+    sums: dict[int, np.ndarray]  # column of _COLUMNS → its sum per holder
+
+    @classmethod
+    def of(cls, rows: np.ndarray) -> _Holders:
+        key = np.where(rows[:, _JOB] > 0, rows[:, _JOB] * 2, rows[:, _BOOKING] * 2 + 1)
+        keys, of_row = np.unique(key, return_inverse=True)
+        team = np.zeros(len(keys), dtype=np.int64)
+        team[of_row] = rows[:, _TEAM]  # a holder has one team
+        unplaced = np.zeros(len(keys), dtype=bool)
+        unplaced[of_row[(rows[:, _MODEL] == 0) & (rows[:, _JOB] > 0)]] = True
+        sums = {}
+        for column in (_TOTAL, _IDLE, _BUSY, _SM, _SHALLOW, _HELD):
+            sums[column] = np.zeros(len(keys), dtype=np.int64)
+            np.add.at(sums[column], of_row, rows[:, column])
+        return cls(rows=rows, keys=keys, of_row=of_row, team=team, unplaced=unplaced, sums=sums)
+
+    def lines(self, shown: list[int], first: date) -> dict[int, dict[int, dict[tuple, int]]]:
+        """Per holder of ``shown`` (positions), for idle and shallow busy (:data:`_IDLE`, :data:`_SHALLOW`):
+        (GPU model or None, day) → its non-zero ticks."""
+        out: dict[int, dict[int, dict[tuple, int]]] = {holder: {_IDLE: {}, _SHALLOW: {}} for holder in shown}
+        rows = np.isin(self.of_row, shown)
+        days: dict[int, date] = {}
+        for holder, model, offset, idle, shallow in zip(self.of_row[rows].tolist(),
+                                                         *self.rows[rows][:, [_MODEL, _DAY, _IDLE, _SHALLOW]].T.tolist(),
+                                                         strict=True):
+            for column, ticks in ((_IDLE, idle), (_SHALLOW, shallow)):
+                if ticks:
+                    line = (model or None, days.get(offset) or days.setdefault(offset, first + timedelta(days=offset)))
+                    lines = out[holder][column]
+                    lines[line] = lines.get(line, 0) + ticks
+        return out
+
+
+def _rows(first: date, last: date, holders: _Holders, user, limit: int | None) -> tuple[list[IdleRow], int]:
     visible = visible_team_ids(user)
-    team_names = dict(Team.objects.filter(pk__in={e["team"] for e in holders.values()} - {None}).values_list("pk", "name"))
-    folded: dict[int | None, dict] = defaultdict(lambda: {"allocated": 0, "idle": 0, "count": 0, "busy": 0, "sm": 0,
-                                                          "shallow": 0, "held": 0})
-    ranked = []  # (−idle, −allocated, team, key): the order, up to the label
-    for key, entry in holders.items():
-        entry["idle_ticks"] = sum(entry["idle"].values())
-        if visible is None or entry["team"] in visible:
-            ranked.append((-entry["idle_ticks"], -entry["allocated"], team_names.get(entry["team"], "").casefold(), key))
+    team_ids = np.unique(holders.team)
+    team_names = dict(Team.objects.filter(pk__in=[t for t in team_ids.tolist() if t]).values_list("pk", "name"))
+    by_name = sorted(team_ids.tolist(), key=lambda pk: team_names.get(pk, "").casefold())
+    name_rank = np.empty(len(team_ids), dtype=np.int64)
+    name_rank[np.searchsorted(team_ids, by_name)] = np.arange(len(team_ids))
+    team_of = np.searchsorted(team_ids, holders.team)  # each holder's team's position in team_ids
+    sums = holders.sums
+    seen = np.ones(len(holders.keys), dtype=bool) if visible is None else np.isin(holders.team, list(visible))
+    folded = {}  # team id → its other holders' sums (another team's rows fold into one, DESIGN.md §2)
+    for position in np.unique(team_of[~seen]).tolist():
+        of_team = ~seen & (team_of == position)
+        folded[int(team_ids[position])] = {column: int(sums[column][of_team].sum()) for column in sums} | {
+            "count": int(of_team.sum())}
+    shown_holders = np.flatnonzero(seen)
+    # One ranking of the holders seen and the folded teams: (−idle, −allocated, team's name), then the label.
+    idle = np.r_[sums[_IDLE][shown_holders], [f[_IDLE] for f in folded.values()]].astype(np.int64)
+    allocated = np.r_[sums[_TOTAL][shown_holders], [f[_TOTAL] for f in folded.values()]].astype(np.int64)
+    names = np.r_[name_rank[team_of[shown_holders]],
+                  name_rank[np.searchsorted(team_ids, list(folded))] if folded else []].astype(np.int64)
+    order = np.lexsort((names, -allocated, -idle))
+    if limit is not None and len(order) > limit:  # and the rows tied with the last: their labels decide
+        cut = order[limit - 1]
+        tied = (idle == idle[cut]) & (allocated == allocated[cut]) & (names == names[cut])
+        order = np.r_[order[:limit], [n for n in order[limit:].tolist() if tied[n]]].astype(np.int64)
+    folded_ids = list(folded)
+    keys = []
+    for n in order.tolist():
+        if n < len(shown_holders):
+            keys.append(int(shown_holders[n]))
         else:
-            fold = folded[entry["team"]]
-            fold["allocated"] += entry["allocated"]
-            fold["idle"] += entry["idle_ticks"]
-            fold["count"] += 1
-            fold["busy"] += entry["busy"]
-            fold["sm"] += entry["sm"]
-            fold["shallow"] += sum(entry["shallow"].values())
-            fold["held"] += entry["held"]
-    for team_id, fold in folded.items():
-        ranked.append((-fold["idle"], -fold["allocated"], team_names.get(team_id, "").casefold(), ("team", team_id)))
-    ranked.sort(key=lambda item: item[:3])
-    shown = ranked
-    if limit is not None and len(ranked) > limit:  # and the rows tied with the last: their labels decide
-        cut = ranked[limit - 1][:3]
-        shown = [item for n, item in enumerate(ranked) if n < limit or item[:3] == cut]
-    out = _idle_rows(first, last, [item[3] for item in shown], holders, folded, team_names, user)
+            keys.append(("team", folded_ids[n - len(shown_holders)]))
+    out = _idle_rows(first, last, keys, holders, folded, team_names, user)
     out.sort(key=lambda r: (-r.idle_ticks, -r.allocated_ticks, r.team.casefold(), r.label))
-    return (out if limit is None else out[:limit]), len(ranked)
+    return (out if limit is None else out[:limit]), len(idle)
 
 
-def _idle_rows(first: date, last: date, keys: list[tuple], holders: dict, folded: dict, team_names: dict,
+def _idle_rows(first: date, last: date, keys: list, holders: _Holders, folded: dict, team_names: dict,
                user) -> list[IdleRow]:
-    """The rows of ``keys`` (("job", id), ("booking", id) or ("team", id) for a folded team)."""
+    """The rows of ``keys`` (a holder's position, or ("team", id) for a folded team)."""
     cost_teams = cost_team_ids(user)
     currency = settings.CARDHOUR_CURRENCY
-    rates = rate_cards(first, last + timedelta(days=1))
-    jobs = {pk: rest for pk, *rest in Job.objects.filter(pk__in=id_array(i for k, i in keys if k == "job")).values_list(
+    shown = [k for k in keys if not isinstance(k, tuple)]
+    # The shown holders' columns as Python integers, read once (numpy scalars cost per access).
+    key_of, team_of, unplaced = (dict(zip(shown, column[shown].tolist(), strict=True))
+                                 for column in (holders.keys, holders.team, holders.unplaced))
+    sums = {column: dict(zip(shown, values[shown].tolist(), strict=True)) for column, values in holders.sums.items()}
+    priced = [k for k in shown if cost_teams is None or (team_of[k] or None) in cost_teams]
+    lines = holders.lines(priced, first)
+    price = _Pricer(rate_cards(first, last + timedelta(days=1)), currency)
+    objects = [divmod(key_of[k], 2) for k in shown]  # (id, 1 for a booking)
+    jobs = {pk: rest for pk, *rest in Job.objects.filter(pk__in=id_array(i for i, b in objects if not b)).values_list(
         "pk", "external_id", "name", "user", "gpu_count", "project__name")}
-    bookings = {pk: rest for pk, *rest in Booking.objects.filter(pk__in=[i for k, i in keys if k == "booking"]).values_list(
+    bookings = {pk: rest for pk, *rest in Booking.objects.filter(pk__in=[i for i, b in objects if b]).values_list(
         "pk", "note", "gpu_count", "project__name", "booker__username")}
     out: list[IdleRow] = []
-    for kind, object_id in keys:
-        if kind == "team":
-            fold = folded[object_id]
-            out.append(_row("team", None, "", team_names.get(object_id, ""), "", "", None, fold["allocated"],
-                            fold["idle"], None, False, holders=fold["count"],
-                            refined=(fold["busy"], fold["sm"], fold["shallow"], None, fold["held"])))
+    for key in keys:
+        if isinstance(key, tuple):
+            team_id = key[1]
+            fold = folded[team_id]
+            out.append(_row("team", None, "", team_names.get(team_id, ""), "", "", None, fold[_TOTAL], fold[_IDLE],
+                            None, False, holders=fold["count"],
+                            refined=(fold[_BUSY], fold[_SM], fold[_SHALLOW], None, fold[_HELD])))
             continue
-        entry = holders[(kind, object_id)]
-        team_id = entry["team"]
+        object_id, is_booking = divmod(key_of[key], 2)
+        team_id = team_of[key] or None
         cost = shallow_cost = None
-        if cost_teams is None or team_id in cost_teams:
-            cost = _priced(entry["idle"], rates, currency)
-            shallow_cost = _priced(entry["shallow"], rates, currency)
-        if kind == "job":
+        if key in lines:
+            cost, shallow_cost = price(lines[key][_IDLE]), price(lines[key][_SHALLOW])
+        if not is_booking:
+            kind = "job"
             external_id, name, person, gpus, project = jobs.get(object_id, ("", "", "", None, None))
             label = job_label(external_id, name)
         else:
+            kind = "booking"
             note, gpus, project, person = bookings.get(object_id, ("", None, None, ""))
             label, gpus = booking_label(object_id, note), Decimal(gpus) if gpus is not None else None
         out.append(_row(kind, object_id, label, team_names.get(team_id, ""), project or "", person or "", gpus,
-                        entry["allocated"], entry["idle_ticks"], cost, entry["unplaced"],
-                        refined=(entry["busy"], entry["sm"], sum(entry["shallow"].values()), shallow_cost,
-                                 entry["held"])))
+                        sums[_TOTAL][key], sums[_IDLE][key], cost, unplaced[key],
+                        refined=(sums[_BUSY][key], sums[_SM][key], sums[_SHALLOW][key], shallow_cost, sums[_HELD][key])))
     return out
 
 
-def _priced(lines: dict[tuple, int], rates, currency: str) -> Decimal:
-    """Ticks per (GPU model, day) at each day's rate card of the model, rounded once per rate card."""
-    by_card: dict[tuple, int] = defaultdict(int)  # (model, rate card's start, price) → ticks
-    for (model_id, day), ticks in lines.items():
-        rate = rate_on(rates, model_id, day)
-        if rate is not None:
-            by_card[(model_id, rate.valid_from, rate.price)] += ticks
-    cost = Decimal(0).scaleb(-MINOR_UNITS[currency])
-    for (_model, _valid_from, price), ticks in by_card.items():
-        cost += line_amount(ticks, price, currency)
-    return cost
+class _Pricer:
+    """Ticks per (GPU model, day) at each day's rate card of the model, rounded once per rate card; each
+    (model, day)'s rate card looked up once."""
+
+    def __init__(self, rates, currency: str):
+        self.rates, self.currency, self.cards = rates, currency, {}
+        self.zero = Decimal(0).scaleb(-MINOR_UNITS[currency])
+
+    def __call__(self, lines: dict[tuple, int]) -> Decimal:
+        by_card: dict[tuple, int] = defaultdict(int)  # (model, rate card's start, price) → ticks
+        for line, ticks in lines.items():
+            rate = self.cards.get(line, False)
+            if rate is False:
+                rate = self.cards[line] = rate_on(self.rates, *line)
+            if rate is not None:
+                by_card[(line[0], rate.valid_from, rate.price)] += ticks
+        cost = self.zero
+        for (_model, _valid_from, price), ticks in by_card.items():
+            cost += line_amount(ticks, price, self.currency)
+        return cost
 
 
 def _row(kind, object_id, label, team, project, person, gpus, allocated, idle, cost, unplaced,
