@@ -158,8 +158,8 @@ def _heatmap_json(hours: pd.DataFrame) -> dict:
     if hours.empty:
         return {"gpus": [], "hours": [], "kind": [], "util_pct": [], "teams": [], "holders": []}
     cells = heatmap_matrix(hours)
-    names = [*CELL_KINDS]
-    kind = [[names[k] if k >= 0 else None for k in row] for row in cells.kinds.tolist()]
+    names = np.array([*CELL_KINDS, None], dtype=object)  # -1 (no row): the last, None
+    kind = names[cells.kinds].tolist()
     measured = np.where(cells.kinds == 0, np.round(cells.util, 1), np.nan).tolist()
     return {
         "gpus": cells.labels, "hours": [_time(h) for h in cells.hours], "kind": kind,
@@ -197,11 +197,16 @@ def _team_json(row) -> dict:
 
 
 def _idle_json(row: IdleRow) -> dict:
+    # Decimal or None fields written directly (thousands of rows: no type test per value)
     return {
         "kind": row.kind, "id": row.object_id, "label": row.label or None, "team": row.team or None,
-        "project": row.project or None, "user": row.user or None, "gpus": _num(row.gpus), "allocations": row.holders,
-        "card_hours_idle": _num(row.idle_card_hours), "card_hours_allocated": _num(row.allocated_card_hours),
-        "idle_share_pct": _num(row.idle_share), "idle_cost": _num(row.idle_cost), "unplaced": row.unplaced,
-        "card_hours_idle_memory_held": _num(row.memory_held_card_hours),
-        "card_hours_shallow_busy": _num(row.shallow_card_hours), "shallow_busy_cost": _num(row.shallow_cost),
+        "project": row.project or None, "user": row.user or None, "gpus": _dec(row.gpus), "allocations": row.holders,
+        "card_hours_idle": str(row.idle_card_hours), "card_hours_allocated": str(row.allocated_card_hours),
+        "idle_share_pct": _dec(row.idle_share), "idle_cost": _dec(row.idle_cost), "unplaced": row.unplaced,
+        "card_hours_idle_memory_held": str(row.memory_held_card_hours),
+        "card_hours_shallow_busy": _dec(row.shallow_card_hours), "shallow_busy_cost": _dec(row.shallow_cost),
     }
+
+
+def _dec(value: Decimal | None) -> str | None:
+    return None if value is None else str(value)
