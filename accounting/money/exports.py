@@ -4,8 +4,10 @@ spreadsheet. Any report can use them: ``columns`` is the list of keys, ``rows`` 
 - **Numbers** (``int``, ``Decimal``, ``float``) stay numbers: numeric XLSX cells, plain digits in CSV
   (``format(value, "f")``, never an exponent), so a negative reversal is still a number. JSON carries
   Decimals as strings: usage and money never become floats.
-- **Text** that begins with ``=``, ``+``, ``-``, ``@``, tab or CR is escaped with a leading single quote
-  in CSV and XLSX, so no spreadsheet reads it as a formula; numbers are never escaped. XLSX text cells are
+- **Text** that begins with ``=``, ``+``, ``-``, ``@``, tab or CR (or their full-width forms ``＝＋－＠``), or
+  holds one after a separator (``x;=1+1;y``), is escaped with a leading single quote in CSV and XLSX, so no
+  spreadsheet reads it as a formula; numbers are never escaped. Every CSV field is quoted, so a reader
+  that splits on ``;`` keeps the cell whole (OWASP's CSV-injection advice). XLSX text cells are
   written as strings (data type ``"s"``), never formulas nor error values. Characters that XML cannot hold
   (control characters other than tab, LF and CR) become U+FFFD in XLSX; CSV keeps them.
 - **Times** are shown in the business time zone (or ``zone_name``): CSV and JSON as ISO-8601 with the
@@ -34,6 +36,7 @@ from __future__ import annotations
 
 import csv
 import math
+import re
 import unicodedata
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import date, datetime
@@ -51,7 +54,10 @@ from openpyxl.utils import get_column_letter
 from core.money import MINOR_UNITS
 from core.timeutils import business_zone
 
-FORMULA_PREFIXES = ("=", "+", "-", "@", "\t", "\r")
+# OWASP's CSV-injection list, and the full-width forms some spreadsheets read as the same operators.
+FORMULA_PREFIXES = ("=", "+", "-", "@", "\t", "\r", "＝", "＋", "－", "＠")
+# A formula after a separator a spreadsheet may split the cell on (a `;` in locales whose lists use it).
+_INNER_FORMULA = re.compile(r"[,;\t|]\s*[=+\-@＝＋－＠]")
 XLSX_MEDIA_TYPE = "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet"
 CSV_MEDIA_TYPE = "text/csv; charset=utf-8"
 _SHEET_TITLE_FORBIDDEN = str.maketrans(dict.fromkeys("[]:*?/\\", "_"))
@@ -105,8 +111,9 @@ def _is_number(value: Any) -> bool:
 
 
 def safe_text(text: str) -> str:
-    """``text`` with a leading ``'`` when a spreadsheet would read it as a formula."""
-    return "'" + text if text.startswith(FORMULA_PREFIXES) else text
+    """``text`` with a leading ``'`` when a spreadsheet would read it, or a part of it after a separator, as
+    a formula (``=1+1``, ``＝1+1``, ``x;=1+1;y``)."""
+    return "'" + text if text.startswith(FORMULA_PREFIXES) or _INNER_FORMULA.search(text) else text
 
 
 def _zone(zone_name: str | None) -> ZoneInfo:
@@ -162,7 +169,7 @@ def write_csv(columns: Sequence[str], rows: Iterable[Mapping], stream: IO[str], 
     """Write the header, ``rows`` and the ``total`` row if any to a text ``stream`` (open it with
     ``newline=""``). Returns the rows written, the total not counted."""
     zone = _zone(zone_name)
-    writer = csv.writer(stream)
+    writer = csv.writer(stream, quoting=csv.QUOTE_ALL)  # OWASP: every field quoted, so no reader splits a cell
     writer.writerow([safe_text(column) for column in columns])
     written = 0
     for row in rows:

@@ -69,6 +69,23 @@ def test_csv_escapes_formula_text_and_keeps_numbers(shanghai):
     ]
 
 
+def test_a_formula_after_a_separator_or_in_full_width_is_escaped_and_every_csv_field_is_quoted():
+    """OWASP's CSV-injection advice: a reader that splits on ``;`` (the list separator of many locales)
+    must not find a cell starting with a formula, and full-width ``＝`` reads as ``=`` in some spreadsheets."""
+    rows = [{"team": "x;=1+1;y", "note": "＝1+1"}, {"team": "a,@SUM(A1)", "note": "｜ok, fine"},
+            {"team": "＋1", "note": "tab\t-2"}]
+    text = io.StringIO(newline="")
+    write_csv(["team", "note"], rows, text, zone_name="UTC")
+    raw = text.getvalue()
+    assert raw.splitlines()[1] == '"\'x;=1+1;y","\'＝1+1"'  # quoted: one field whatever the separator
+    read = list(csv.reader(io.StringIO(raw, newline="")))
+    assert read[1:] == [["'x;=1+1;y", "'＝1+1"], ["'a,@SUM(A1)", "｜ok, fine"], ["'＋1", "'tab\t-2"]]
+    for row in list(csv.reader(io.StringIO(raw, newline=""), delimiter=";"))[1:]:  # as a ";" reader splits it
+        assert not any(cell.lstrip().startswith(FORMULA_PREFIXES) for cell in row)
+    sheet = xlsx_sheet(["team", "note"], rows, zone_name="UTC")
+    assert [[c.value for c in row] for row in list(sheet.iter_rows())[1:]] == read[1:]
+
+
 def test_xlsx_has_numeric_cells_string_cells_and_no_formulas(shanghai):
     sheet = xlsx_sheet(COLUMNS, ROWS)
     assert sheet.title == "usage"
