@@ -1,7 +1,8 @@
 """The agent's HTTP endpoint (DESIGN.md §3), on the standard library's ThreadingHTTPServer.
 
-- ``GET /healthz`` (no token): ``{"ok", "agent_version", "backend", "spool_id", "last_seq",
-  "last_record_ts", "agent_time"}``; 503 with ``"ok": false`` when the sampler has stopped.
+- ``GET /healthz``: ``{"ok": true}`` to anyone (a load balancer's or systemd's probe), 503 with
+  ``"ok": false`` when the sampler has stopped; with the bearer token, also ``"agent_version", "backend",
+  "spool_id", "last_seq", "last_record_ts", "agent_time"`` (what a stranger should not learn).
 - ``GET /v1/inventory``: the backend's inventory (agents/records.py).
 - ``GET /v1/samples?after=<seq>&limit=<n>``: ``{"spool_id", "records": [{"seq", …record}],
   "last_seq", "more", "dropped_total", "agent_time"}``. ``after`` (default 0) acknowledges every
@@ -121,7 +122,7 @@ class AgentHandler(BaseHTTPRequestHandler):
         url = urlsplit(self.path)
         if url.path == "/healthz":
             ok, body = self.agent.health()
-            return self._send(200 if ok else 503, _json_bytes(body))
+            return self._send(200 if ok else 503, _json_bytes(body if self._token_ok() else {"ok": ok}))
         if url.path not in ("/v1/samples", "/v1/inventory", "/metrics"):
             return self._error(404, "not_found", f"no such endpoint: {url.path}")
         if not self._authorized():
@@ -163,12 +164,15 @@ class AgentHandler(BaseHTTPRequestHandler):
         self._error(400, "bad_request", f"{name}: must be {rule} (got {values[-1]!r})", parameter=name)
         return None
 
-    def _authorized(self) -> bool:
-        header = self.headers.get("Authorization", "")
-        scheme, _, token = header.partition(" ")
+    def _token_ok(self) -> bool:
+        scheme, _, token = self.headers.get("Authorization", "").partition(" ")
         presented = hashlib.sha256(token.strip().encode()).hexdigest()
-        if scheme.lower() == "bearer" and token.strip() and hmac.compare_digest(presented, self.agent.token_sha256):
+        return scheme.lower() == "bearer" and bool(token.strip()) and hmac.compare_digest(presented, self.agent.token_sha256)
+
+    def _authorized(self) -> bool:
+        if self._token_ok():
             return True
+        scheme, _, token = self.headers.get("Authorization", "").partition(" ")
         address = self.client_address[0]
         if self.auth_log.should_log(address):
             reason = "no bearer token" if scheme.lower() != "bearer" or not token.strip() else "wrong token"

@@ -1,15 +1,20 @@
 """API plumbing shared by every app and knowing no domain: the error shape (handler and schema), the
 aware date-time field of every time in the API, and query-form errors in DRF's shape."""
 
+from collections import Counter
 from datetime import datetime
 
 from django.db import models
+from django.db.models import ProtectedError, RestrictedError
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 from django.utils.translation import gettext_lazy as _
-from rest_framework import serializers
+from rest_framework import serializers, status
+from rest_framework.exceptions import ParseError
+from rest_framework.pagination import LimitOffsetPagination
+from rest_framework.parsers import JSONParser
 from rest_framework.renderers import JSONRenderer
-from rest_framework.views import exception_handler as drf_exception_handler
+from rest_framework.response import Response
 
 from core.html import json_bytes
 from core.timewindow import OutsideWindow, check_in_window, in_window, rfc3339_utc, window_message
@@ -21,6 +26,12 @@ def exception_handler(exc, context):
     Validation errors keep DRF's per-field lists (``{"hostname": ["…"]}``) and gain a ``detail`` line
     that names each field and its rule.
     """
+    from rest_framework.views import exception_handler as drf_exception_handler
+
+    # Imported here: rest_framework.views reads DEFAULT_PARSER_CLASSES when it is imported, and those name
+    # this module's parser, so importing it at the top would be circular.
+    if isinstance(exc, ProtectedError | RestrictedError):
+        return protected_response(exc)
     response = drf_exception_handler(exc, context)
     if response is None:
         return None
@@ -93,3 +104,93 @@ class FastJSONRenderer(JSONRenderer):
 
     def render(self, data, accepted_media_type=None, renderer_context=None):
         return b"" if data is None else json_bytes(data)
+
+
+# ---- page size, parsing and refusals every endpoint shares (issue 17) ------------------------------------------
+
+MAX_PAGE_SIZE = 1000
+MAX_OFFSET = 2**31 - 1  # beyond it PostgreSQL's OFFSET is out of range; no list holds that many rows
+MAX_JSON_DEPTH = 32  # no request body of the API nests deeper than 3 levels
+
+
+class CappedLimitOffsetPagination(LimitOffsetPagination):
+    """``?limit=`` (1 to :data:`MAX_PAGE_SIZE`, default ``PAGE_SIZE``) and ``?offset=`` (0 or more): a value
+    out of range, or not a whole number, is a 400 that names the parameter and its rule, not silently clamped
+    (DRF's own) nor a 500 from the database (``?limit=10**20`` is out of bigint's range)."""
+
+    max_limit = MAX_PAGE_SIZE
+
+    def get_limit(self, request):
+        raw = request.query_params.get(self.limit_query_param)
+        if raw is None:
+            return self.default_limit
+        return self._whole(raw, self.limit_query_param, 1, MAX_PAGE_SIZE)
+
+    def get_offset(self, request):
+        raw = request.query_params.get(self.offset_query_param)
+        return 0 if raw is None else self._whole(raw, self.offset_query_param, 0, MAX_OFFSET)
+
+    @staticmethod
+    def _whole(raw: str, name: str, low: int, high: int) -> int:
+        text = raw.strip()
+        if not (text.isascii() and text.isdigit()) or not low <= int(text) <= high:
+            raise serializers.ValidationError({name: [_("A whole number from %(low)s to %(high)s.") % {
+                "low": low, "high": high}]})
+        return int(text)
+
+    def get_schema_operation_parameters(self, view):
+        parameters = super().get_schema_operation_parameters(view)
+        for parameter in parameters:
+            if parameter["name"] == self.limit_query_param:
+                parameter["schema"].update(minimum=1, maximum=MAX_PAGE_SIZE)
+                parameter["description"] = f"Rows per page, 1 to {MAX_PAGE_SIZE} (default {self.default_limit})."
+            elif parameter["name"] == self.offset_query_param:
+                parameter["schema"].update(minimum=0, maximum=MAX_OFFSET)
+        return parameters
+
+
+class StrictJSONParser(JSONParser):
+    """DRF's JSON parser, refusing with a 400 what PostgreSQL or Python cannot take: a body nested deeper
+    than :data:`MAX_JSON_DEPTH` (1,000 levels made the decoder raise ``RecursionError``) and a string
+    holding a NUL character (``\\u0000``: no text column can store it, and a lookup by it failed in the
+    driver)."""
+
+    def parse(self, stream, media_type=None, parser_context=None):
+        try:
+            data = super().parse(stream, media_type, parser_context)
+        except RecursionError:
+            raise ParseError(_("JSON parse error: nested deeper than %(depth)s levels.") % {"depth": MAX_JSON_DEPTH}) from None
+        _check_json(data)
+        return data
+
+
+def _check_json(data) -> None:
+    pending = [(data, 1)]
+    while pending:
+        value, depth = pending.pop()
+        if isinstance(value, str):
+            if "\x00" in value:
+                raise ParseError(_("JSON parse error: text cannot hold a NUL character (\\u0000)."))
+            continue
+        if not isinstance(value, dict | list):
+            continue
+        if depth > MAX_JSON_DEPTH:
+            raise ParseError(_("JSON parse error: nested deeper than %(depth)s levels.") % {"depth": MAX_JSON_DEPTH})
+        items = value.items() if isinstance(value, dict) else enumerate(value)
+        for key, item in items:
+            if isinstance(key, str) and "\x00" in key:
+                raise ParseError(_("JSON parse error: text cannot hold a NUL character (\\u0000)."))
+            pending.append((item, depth + 1))
+
+
+def protected_response(exc: ProtectedError | RestrictedError) -> Response:
+    """409 for a delete that other rows still refer to, naming what kind of rows and how many (never which
+    ones: they may be another team's)."""
+    counts = Counter(type(obj) for obj in (
+        exc.protected_objects if isinstance(exc, ProtectedError) else exc.restricted_objects))
+    named = sorted((str(model._meta.verbose_name if count == 1 else model._meta.verbose_name_plural), count)
+                   for model, count in counts.items())
+    listed = ", ".join(f"{count} {name}" for name, count in named)
+    return Response({"detail": _("Still referred to by %(listed)s: remove or reassign them first.") % {"listed": listed},
+                     "referred_by": dict(named)},
+                    status=status.HTTP_409_CONFLICT)

@@ -1,3 +1,5 @@
+from django.db.models import Value
+from django.db.models.functions import Lower
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 from rest_framework import serializers
@@ -25,6 +27,19 @@ class ProjectSerializer(serializers.ModelSerializer):
         if request is not None and request.user.is_authenticated and not is_admin(request.user):
             # A lead creates projects only in teams they lead; other slugs read as unknown.
             self.fields["team"].queryset = Team.objects.led_by(request.user)
+
+    def validate(self, attrs):
+        """A team's project names are unique whatever their case (the ``project_unique_name_per_team``
+        constraint, an expression DRF does not turn into a validator): a 400 on ``name``, not a 500."""
+        team = attrs.get("team", getattr(self.instance, "team", None))
+        name = attrs.get("name", getattr(self.instance, "name", None))
+        if team is not None and name is not None:
+            others = Project.objects.alias(lowered=Lower("name")).filter(team=team, lowered=Lower(Value(name)))
+            if self.instance is not None:
+                others = others.exclude(pk=self.instance.pk)
+            if others.exists():
+                raise serializers.ValidationError({"name": [_("This team already has a project of this name.")]})
+        return attrs
 
 
 class MembershipSerializer(serializers.ModelSerializer):

@@ -6,7 +6,6 @@ from django.utils.translation import gettext_lazy as _
 from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework import mixins, permissions, status, viewsets
 from rest_framework.exceptions import APIException
-from rest_framework.parsers import JSONParser
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
@@ -23,7 +22,7 @@ from cluster.bookings.serializers import (
 from cluster.bookings.services import BookingRefused, booking_cancel, booking_create, booking_set_end
 from cluster.jobs.selectors import is_service_token
 from cluster.models import Booking
-from core.api import ApiErrorSerializer
+from core.api import ApiErrorSerializer, StrictJSONParser
 
 ERRORS = {
     400: OpenApiResponse(ApiErrorSerializer, description=_("A field breaks a rule (grid, length, horizon, limits, "
@@ -73,7 +72,7 @@ class BookingViewSet(BookingRefusalsAsErrors, mixins.ListModelMixin, mixins.Retr
     serializer_class = BookingSerializer
     permission_classes = [BookingWriters]
     http_method_names = ["get", "post", "patch", "delete", "head", "options"]
-    parser_classes = [JSONParser]
+    parser_classes = [StrictJSONParser]
 
     def get_queryset(self):
         bookings = with_holds(bookings_for_list(self.request.user))

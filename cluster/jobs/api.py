@@ -4,14 +4,13 @@ from django.db import IntegrityError
 from django.utils.translation import gettext_lazy as _
 from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework import mixins, permissions, status, viewsets
-from rest_framework.parsers import JSONParser
 from rest_framework.response import Response
 
 from cluster.jobs.selectors import is_service_token, jobs_readable_by, teams_writable_by
 from cluster.jobs.serializers import JobFilterSerializer, JobSerializer, JobWriteSerializer, with_allocations
 from cluster.jobs.services import JobInput, Outcome, job_delete, job_upsert
 from cluster.models import Job, JobSource
-from core.api import ApiErrorSerializer
+from core.api import ApiErrorSerializer, StrictJSONParser
 from teams.models import Team
 from teams.roles import is_admin
 
@@ -68,7 +67,7 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
     http_method_names = ["get", "post", "patch", "delete", "head", "options"]
     # JSON only: a form body turns every field it leaves out into an empty value, and a write merges
     # onto the stored run, so a missing field must stay missing.
-    parser_classes = [JSONParser]
+    parser_classes = [StrictJSONParser]
 
     def get_queryset(self):
         jobs = with_allocations(jobs_readable_by(self.request))

@@ -85,6 +85,7 @@ class AgentProcess:
     def __init__(self, *args: str, spool: Path, port: int | None = None, hostname: str = "node-a") -> None:
         self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
+        self.token = TOKEN
         self.args = [
             "--listen", f"127.0.0.1:{self.port}", "--token-sha256", TOKEN_SHA256, "--spool", str(spool),
             "--hostname", hostname, "--log-level", "warning", *args,
@@ -104,7 +105,7 @@ class AgentProcess:
         if self.process.poll() is not None:
             raise AssertionError(f"the agent exited with {self.process.returncode}: {self.process.stderr.read().decode()}")
         try:
-            status, body = get_json(f"{self.url}/healthz", token=None)
+            status, body = get_json(f"{self.url}/healthz", token=self.token)
         except OSError:
             return False
         return status == 200 and body["ok"]
@@ -116,7 +117,7 @@ class AgentProcess:
 
     def wait_for_records(self, count: int, *, timeout: float = 15.0) -> None:
         """Until the spool has handed out at least ``count`` seqs (per /healthz)."""
-        wait_for(lambda: get_json(f"{self.url}/healthz", token=None)[1]["last_seq"] >= count, timeout=timeout,
+        wait_for(lambda: get_json(f"{self.url}/healthz", token=self.token)[1]["last_seq"] >= count, timeout=timeout,
                  what=f"{count} records")
 
     def kill9(self) -> None:

@@ -33,10 +33,17 @@ def per_gpu_times(records):
     return times
 
 
-def test_it_answers_healthz_without_a_token(agent):
-    status, body = get_json(f"{agent.url}/healthz", token=None)
+@pytest.mark.parametrize("token", [None, "wrong-token"])
+def test_it_answers_healthz_to_anyone_with_ok_only(agent, token):
+    status, body = get_json(f"{agent.url}/healthz", token=token)
+    assert (status, body) == (200, {"ok": True})  # no version, spool id or sequence for a stranger
+
+
+def test_healthz_with_the_token_tells_the_version_spool_and_sequence(agent):
+    status, body = get_json(f"{agent.url}/healthz")
     assert status == 200
     assert body["ok"] is True and body["backend"] == "sim" and len(body["spool_id"]) == 32
+    assert body["agent_version"] and body["last_seq"] >= 0
     assert body["agent_time"] <= time.time() + 1
 
 

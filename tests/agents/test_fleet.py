@@ -80,14 +80,14 @@ def test_it_runs_n_agents_on_consecutive_ports(tmp_path):
             ("gpu-l40s-01", f"http://127.0.0.1:{base + 2}"),
         ]
 
-        def healthy(url):
+        def healthy(url, token):
             try:
-                return get_json(f"{url}/healthz", token=None)[1]["last_seq"] >= 6
+                return get_json(f"{url}/healthz", token=token)[1]["last_seq"] >= 6
             except OSError:
                 return False
 
         for hostname, entry in tokens.items():
-            wait_for(lambda entry=entry: healthy(entry["url"]), timeout=15, what=f"{hostname}")
+            wait_for(lambda entry=entry: healthy(entry["url"], entry["token"]), timeout=15, what=f"{hostname}")
             status, inventory = get_json(f"{entry['url']}/v1/inventory", token=entry["token"])
             assert status == 200 and inventory["host"] == hostname
             assert inventory["gpus"][0]["uuid"] == sim_gpu_uuid(hostname, 0)

@@ -50,6 +50,7 @@ class Agent:
         self.url = f"http://127.0.0.1:{self.port}"
         self.spool = spool
         self.hostname = hostname
+        self.token = token
         self.log = (log_dir or spool.parent) / f"agent-{hostname}.log"
         self.args = [
             "--listen", f"127.0.0.1:{self.port}", "--token-sha256", hash_token(token), "--spool", str(spool),
@@ -74,13 +75,13 @@ class Agent:
         if self.process.poll() is not None:
             raise AssertionError(f"the agent exited with {self.process.returncode}:\n{log_tail(self.log)}")
         try:
-            status, body = get_json(f"{self.url}/healthz", token=None)
+            status, body = get_json(f"{self.url}/healthz", token=self.token)
         except OSError:
             return False
         return status == 200 and body["ok"]
 
     def healthz(self) -> dict[str, Any]:
-        status, body = get_json(f"{self.url}/healthz", token=None)
+        status, body = get_json(f"{self.url}/healthz", token=self.token)
         assert status == 200 and body["ok"], body
         return body
 
