@@ -254,13 +254,14 @@ class JobWriteSerializer(InventoryNameFields, serializers.Serializer):
     def validate(self, attrs):
         errors: dict[str, list[str]] = {}
         job = self.instance if self.instance is not None else self._stored_run(attrs)
+        taken = False  # the key is another team's run: answered as a missing one until the rest is valid
+        if self.instance is None and job is not None and not self.writable_teams.filter(pk=job.team_id).exists():
+            job, taken = None, True
         if self.instance is not None:
             for name, attr in self.KEY_FIELDS:
                 if attr in attrs and attrs[attr] != getattr(self.instance, attr):
                     errors[name] = [_("is part of the run's key (source, job_id, start_time): PATCH cannot change "
                                       "it; POST the other run instead.")]
-        elif job is not None and not self.writable_teams.filter(pk=job.team_id).exists():
-            errors["job_id"] = [_("This run is recorded for a team whose jobs you cannot write.")]
         facts = stored_facts(job) if job is not None else {"team": None, "start_time": None}
         facts.update({name: value for name, value in attrs.items() if name not in ("node", "gpu_indices")})
         if facts["team"] is None:
@@ -275,6 +276,8 @@ class JobWriteSerializer(InventoryNameFields, serializers.Serializer):
         errors.update({name: [window_message(error)]
                        for name, error in job_time_errors(attrs, now=timezone.now()).items()})
         self._place(attrs, facts, errors)
+        if taken and not errors:  # the only answer a global key cannot hide; never whose run it is
+            errors["job_id"] = [_("This key (source, job_id, start_time) is taken: post the run under another key.")]
         if errors:
             raise serializers.ValidationError(errors)
         data = JobInput(**facts)

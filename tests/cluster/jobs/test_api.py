@@ -315,6 +315,23 @@ def test_a_lead_writes_only_their_own_teams_jobs(api, cast, lead_a, team_b):
     assert (beta_job.team, beta_job.state) == (team_b, "pending")
 
 
+def test_another_teams_run_reads_as_a_missing_one(api, cast, lead_a, team_b):
+    """No existence oracle (issue 17): posting another team's key without a team answers exactly as a
+    key no run has; the message that a key is taken comes only once the post is otherwise complete, and
+    never names the team."""
+    run_of(team_b, external_id="9001", start=T0)
+    client = api.as_user(lead_a)
+    bare = {"team": DROP, "project": DROP, "account": "nobody", "user": "nobody", "node": DROP, "gpu_indices": DROP,
+            "start_time": T0.isoformat()}
+    theirs = client.post("/api/v1/jobs/", record(job_id="9001", **bare))
+    missing = client.post("/api/v1/jobs/", record(job_id="9002", **bare))
+    assert (theirs.status_code, theirs.json()) == (missing.status_code, missing.json())
+    assert theirs.status_code == 400 and list(theirs.json()) == ["detail", "team"]
+    assert "beta" not in theirs.content.decode().lower()
+    assert not Job.objects.filter(external_id="9002").exists()
+    assert Job.objects.get(external_id="9001").team == team_b
+
+
 def test_a_lead_of_two_teams_moves_a_job_between_them(api, cast, lead_a, team_b):
     from teams.models import Membership
 
