@@ -79,6 +79,7 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    "config.security.SecurityHeaders",
     "config.errors.RequestRules",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
@@ -150,8 +151,20 @@ STORAGES = {
     "staticfiles": {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"},
 }
 
+# Behind HTTPS (issue 17): HTTPS=true redirects plain HTTP, sends HSTS (a year, subdomains, preload) and
+# marks the cookies secure. A proxy that ends TLS names the header it sets: SECURE_PROXY_SSL_HEADER=
+# X-Forwarded-Proto (trusted: the proxy must overwrite it). The demo and the tests run on plain loopback HTTP.
+HTTPS = env_bool("HTTPS", False)
+SECURE_SSL_REDIRECT = HTTPS
+SECURE_HSTS_SECONDS = env_int("SECURE_HSTS_SECONDS", 31_536_000 if HTTPS else 0)
+SECURE_HSTS_INCLUDE_SUBDOMAINS = SECURE_HSTS_PRELOAD = env_bool("SECURE_HSTS_PRELOAD", HTTPS)
+_PROXY_HEADER = env_str("SECURE_PROXY_SSL_HEADER", "")
+if _PROXY_HEADER:
+    if not re.fullmatch(r"[A-Za-z][A-Za-z0-9-]*", _PROXY_HEADER):
+        raise ImproperlyConfigured(f"SECURE_PROXY_SSL_HEADER must be a header name such as X-Forwarded-Proto, not {_PROXY_HEADER!r}.")
+    SECURE_PROXY_SSL_HEADER = ("HTTP_" + _PROXY_HEADER.upper().replace("-", "_"), "https")
 SESSION_COOKIE_HTTPONLY = True
-SESSION_COOKIE_SECURE = env_bool("SECURE_COOKIES", False)
+SESSION_COOKIE_SECURE = env_bool("SECURE_COOKIES", HTTPS)
 CSRF_COOKIE_SECURE = SESSION_COOKIE_SECURE
 X_FRAME_OPTIONS = "DENY"
 
