@@ -190,6 +190,7 @@ SPECTACULAR_SETTINGS = {
     "SERVE_INCLUDE_SCHEMA": False,
     "SCHEMA_PATH_PREFIX": "/api/v1",
     "COMPONENT_SPLIT_REQUEST": True,
+    "POSTPROCESSING_HOOKS": ["drf_spectacular.hooks.postprocess_schema_enums", "core.api.document_errors"],
     "ENUM_NAME_OVERRIDES": {
         "NodeStatusEnum": "cluster.choices.NodeStatus",
         "GpuStatusEnum": "cluster.choices.GpuStatus",

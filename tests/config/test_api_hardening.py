@@ -107,3 +107,18 @@ def test_an_oversized_body_an_unknown_path_and_a_wrong_method_answer_in_the_api_
     assert response.status_code == 404 and _detail(response) == "Not found."
     response = api.put(reverse("board-daily"))
     assert response.status_code == 405 and _detail(response)
+
+
+@pytest.mark.django_db
+def test_the_schema_documents_each_operations_400_and_404_in_the_error_shape(api, admin_user):
+    api.as_user(admin_user)
+    response = api.get("/api/v1/schema/", {"format": "json"})
+    assert response.status_code == 200
+    schema = json.loads(response.content)
+    error = {"$ref": "#/components/schemas/ApiError"}
+    operations = [(path, method, op) for path, item in schema["paths"].items() for method, op in item.items()]
+    assert len(operations) >= 60
+    for path, method, operation in operations:
+        codes = {"400", *(["404"] if "{" in path else []), *(["409"] if method == "delete" else [])}
+        for code in codes:
+            assert operation["responses"][code]["content"]["application/json"]["schema"] == error, (path, method, code)
