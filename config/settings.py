@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import gc
 import re
+from datetime import timedelta
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -68,6 +69,7 @@ INSTALLED_APPS = [
     "django.contrib.humanize",
     "django.contrib.postgres",
     "rest_framework",
+    "axes",
     "drf_spectacular",
     # The floors of docs/architecture.md, bottom up; demo loads the demo cluster (load_demo).
     "teams",
@@ -89,6 +91,7 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "axes.middleware.AxesMiddleware",  # last: it answers a locked-out sign-in
 ]
 
 ROOT_URLCONF = "config.urls"
@@ -163,6 +166,18 @@ if _PROXY_HEADER:
     if not re.fullmatch(r"[A-Za-z][A-Za-z0-9-]*", _PROXY_HEADER):
         raise ImproperlyConfigured(f"SECURE_PROXY_SSL_HEADER must be a header name such as X-Forwarded-Proto, not {_PROXY_HEADER!r}.")
     SECURE_PROXY_SSL_HEADER = ("HTTP_" + _PROXY_HEADER.upper().replace("-", "_"), "https")
+# Sign-in throttling (issue 17, django-axes): 10 failures in a row lock the account (from anywhere) and the
+# client address (for any account) for LOGIN_LOCKOUT_MINUTES; each failure and lockout is logged, and the
+# locked sign-in page answers 429. A success resets the count.
+AUTHENTICATION_BACKENDS = ["axes.backends.AxesStandaloneBackend", "django.contrib.auth.backends.ModelBackend"]
+AXES_FAILURE_LIMIT = env_int("LOGIN_FAILURE_LIMIT", 10, minimum=1)
+AXES_COOLOFF_TIME = timedelta(minutes=env_int("LOGIN_LOCKOUT_MINUTES", 15, minimum=1))
+AXES_LOCKOUT_PARAMETERS = ["username", "ip_address"]
+AXES_RESET_ON_SUCCESS = True
+# The client's address: REMOTE_ADDR, or behind a proxy the address it appended to X-Forwarded-For.
+TRUST_X_FORWARDED_FOR = env_bool("TRUST_X_FORWARDED_FOR", False)
+AXES_CLIENT_IP_CALLABLE = "config.security.client_ip"
+AXES_LOCKOUT_TEMPLATE = "teams/locked_out.html"
 SESSION_COOKIE_HTTPONLY = True
 SESSION_COOKIE_SECURE = env_bool("SECURE_COOKIES", HTTPS)
 CSRF_COOKIE_SECURE = SESSION_COOKIE_SECURE

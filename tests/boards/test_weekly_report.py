@@ -16,7 +16,7 @@ from boards.periods.tasks import weekly_reports
 from boards.periods.weekly import report_week, send_weekly_reports, weekly_report_for
 from boards.scope import BoardScope
 from tests.boards.board_day import SECRET_JOB, SECRET_USER
-from tests.conftest import PASSWORD, T0
+from tests.conftest import T0
 
 pytestmark = pytest.mark.django_db
 MONDAY, SUNDAY = date(2026, 11, 2), date(2026, 11, 8)  # the week of the board day (T0)
@@ -82,7 +82,7 @@ def test_admin_and_finance_get_the_week_views_tiles_and_team_table(cast):
 
 def test_its_figures_are_the_week_pages(cast, client):
     report = weekly_report_for(cast["admin"], MONDAY, DUE)
-    client.login(username=cast["admin"].username, password=PASSWORD)
+    client.force_login(cast["admin"])
     with time_machine.travel(DUE, tick=False):
         response = client.get("/board/week/", {"week": "2026-11-02"})
     page = response.context["summary"]
@@ -170,7 +170,7 @@ def test_a_failed_send_is_logged_and_tried_again(cast, monkeypatch, caplog):
 
 def test_the_notifications_page_turns_it_off_and_on(cast, client):
     lead = cast["lead_a"]
-    client.login(username=lead.username, password=PASSWORD)
+    client.force_login(lead)
     page = client.get("/notifications/").content.decode()
     assert 'data-testid="weekly-report-toggle"' in page and 'value="off"' in page
     assert client.post("/notifications/", {"weekly_report": "off"}).status_code == 302

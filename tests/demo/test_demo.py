@@ -15,6 +15,7 @@ from http.cookiejar import CookieJar
 import pytest
 import time_machine
 from django.contrib.auth import authenticate
+from django.test import RequestFactory
 from django.utils import timezone
 
 from cluster.models import Booking, Gpu, GpuModel, MaintenanceWindow, Node
@@ -43,7 +44,9 @@ def test_the_demo_data_has_a_cluster_and_every_role_and_loads_twice_unchanged():
     assert all(node.gpus.filter(mig_parent__isnull=True).count() == 8 for node in Node.objects.all())
     assert 2 <= GpuModel.objects.filter(gpus__in=whole).distinct().count() <= 3
     assert Gpu.objects.filter(mig_parent__isnull=False).count() == 4  # the H100 capture's MIG layout
-    users = {name: authenticate(username=name, password=DEMO_PASSWORD) for name in ["admin", "finance", "lead-llm", "eng-llm"]}
+    sign_in = RequestFactory().post("/accounts/login/")  # the sign-in throttle (django-axes) needs the request
+    users = {name: authenticate(sign_in, username=name, password=DEMO_PASSWORD)
+             for name in ["admin", "finance", "lead-llm", "eng-llm"]}
     assert all(users.values()), "every demo login works with the printed password"
     assert is_admin(users["admin"]) and is_finance(users["finance"])
     assert Membership.objects.get(user=users["lead-llm"]).role == TeamRole.LEAD
