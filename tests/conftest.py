@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 from django.contrib.auth.models import Group
+from hypothesis import settings as hypothesis_settings
 from rest_framework.test import APIClient
 
 from cluster.models import Gpu, GpuModel, Node
@@ -97,6 +98,11 @@ def pytest_collection_modifyitems(config, items):
         if Path(item.path).resolve().relative_to(TESTS).as_posix() in CLOCK_MODULES:
             item.add_marker(pytest.mark.clock)
 
+
+# No property test is timed: speed is measured in benchmarks (make bench), and Hypothesis's default 200 ms
+# deadline per example failed on this shared 2-core machine when another run took the CPU.
+hypothesis_settings.register_profile("cardhour", deadline=None)
+hypothesis_settings.load_profile("cardhour")
 
 @pytest.fixture(scope="session")
 def django_db_modify_db_settings(django_db_modify_db_settings_parallel_suffix):
