@@ -28,11 +28,11 @@ class RequestRules:
     def __call__(self, request):
         if "\x00" in request.path or "%00" in request.META.get("QUERY_STRING", ""):
             if is_api(request):
-                return JsonResponse({"detail": _("The address cannot hold a NUL character (%00).")}, status=400)
+                return _api_error(400, _("The address cannot hold a NUL character (%00)."))
             raise Http404
         if is_api(request) and _content_length(request) > settings.DATA_UPLOAD_MAX_MEMORY_SIZE:
-            return JsonResponse({"detail": _("The body is larger than %(limit)s bytes.") % {
-                "limit": settings.DATA_UPLOAD_MAX_MEMORY_SIZE}}, status=413)
+            return _api_error(413, _("The body is larger than %(limit)s bytes.") % {
+                "limit": settings.DATA_UPLOAD_MAX_MEMORY_SIZE})
         return self.get_response(request)
 
 

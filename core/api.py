@@ -26,10 +26,10 @@ def exception_handler(exc, context):
     Validation errors keep DRF's per-field lists (``{"hostname": ["…"]}``) and gain a ``detail`` line
     that names each field and its rule.
     """
-    from rest_framework.views import exception_handler as drf_exception_handler
-
     # Imported here: rest_framework.views reads DEFAULT_PARSER_CLASSES when it is imported, and those name
     # this module's parser, so importing it at the top would be circular.
+    from rest_framework.views import exception_handler as drf_exception_handler
+
     if isinstance(exc, ProtectedError | RestrictedError):
         return protected_response(exc)
     response = drf_exception_handler(exc, context)
@@ -117,8 +117,6 @@ class CappedLimitOffsetPagination(LimitOffsetPagination):
     """``?limit=`` (1 to :data:`MAX_PAGE_SIZE`, default ``PAGE_SIZE``) and ``?offset=`` (0 or more): a value
     out of range, or not a whole number, is a 400 that names the parameter and its rule, not silently clamped
     (DRF's own) nor a 500 from the database (``?limit=10**20`` is out of bigint's range)."""
-
-    max_limit = MAX_PAGE_SIZE
 
     def get_limit(self, request):
         raw = request.query_params.get(self.limit_query_param)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 import numpy as np
+from django.db import connection
 from django.db.models.expressions import RawSQL
 
 
@@ -34,3 +35,12 @@ def numpy_rows(cursor, sql: str, params: dict, kinds: str) -> np.ndarray:
     for n, name in enumerate(names):
         out[:, n] = values[name]
     return out
+
+
+def plain_rows(query) -> list[tuple]:
+    """The rows of a ``values_list`` query as the driver reads them, without Django's converter per value
+    (thousands of rows a request on the board; a value the driver reads as Python already needs none)."""
+    sql, params = query.query.sql_with_params()
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        return cursor.fetchall()

@@ -1,11 +1,10 @@
-from django.db.models import Value
-from django.db.models.functions import Lower
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 from rest_framework import serializers
 
 from teams.models import ApiToken, Membership, Project, Team
 from teams.roles import is_admin
+from teams.selectors import project_name_taken
 
 
 class TeamSerializer(serializers.ModelSerializer):
@@ -33,12 +32,9 @@ class ProjectSerializer(serializers.ModelSerializer):
         constraint, an expression DRF does not turn into a validator): a 400 on ``name``, not a 500."""
         team = attrs.get("team", getattr(self.instance, "team", None))
         name = attrs.get("name", getattr(self.instance, "name", None))
-        if team is not None and name is not None:
-            others = Project.objects.alias(lowered=Lower("name")).filter(team=team, lowered=Lower(Value(name)))
-            if self.instance is not None:
-                others = others.exclude(pk=self.instance.pk)
-            if others.exists():
-                raise serializers.ValidationError({"name": [_("This team already has a project of this name.")]})
+        if team is not None and name is not None and project_name_taken(
+                team, name, other_than=getattr(self.instance, "pk", None)):
+            raise serializers.ValidationError({"name": [_("This team already has a project of this name.")]})
         return attrs
 
 

@@ -19,7 +19,6 @@ from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.contrib.postgres.fields.ranges import RangeEndsWith, RangeStartsWith
-from django.db import connection
 from django.db.models import FloatField, Q
 from django.db.models.functions import Cast, Coalesce, Extract
 from django.utils.translation import gettext
@@ -28,7 +27,7 @@ from django.utils.translation import gettext_lazy as _
 from cluster.choices import GpuStatus, NodeStatus
 from cluster.models import Allocation, AllocationOrigin, Gpu, GpuHold, HoldKind, JobState, MinuteRollup
 from core.choices import ColouredChoices
-from core.queries import id_array
+from core.queries import id_array, plain_rows
 from teams.selectors import visible_team_ids
 
 RECENT = timedelta(minutes=5)  # how old a minute rollup (or an observed process) may be and still be "now"
@@ -246,15 +245,6 @@ def _epoch(field: str):
     return Cast(Extract(field, "epoch"), FloatField())
 
 
-def _plain_rows(query) -> list[tuple]:
-    """The rows of a ``values_list`` query as the driver reads them, without Django's converter per value
-    (thousands of rows a request on the board)."""
-    sql, params = query.query.sql_with_params()
-    with connection.cursor() as cursor:
-        cursor.execute(sql, params)
-        return cursor.fetchall()
-
-
 def visible_spans_between(user, gpu_ids: Sequence[int], *, start: datetime, end: datetime,
                           now: datetime) -> list[tuple[int, float, float, str]]:
     """The jobs and bookings that held the physical GPUs ``gpu_ids`` within ``[start, end)`` whose team
@@ -279,7 +269,7 @@ def visible_spans_between(user, gpu_ids: Sequence[int], *, start: datetime, end:
     out: list[tuple[int, float, float, str]] = []
     seen: set[tuple] = set()
     labels: dict[int, str] = {}
-    for physical, job_id, external_id, name, lo, hi in _plain_rows(allocations):
+    for physical, job_id, external_id, name, lo, hi in plain_rows(allocations):
         key = (physical, job_id, lo)
         if key in seen:  # a job's scheduler and observed allocations are one holding
             continue
@@ -290,6 +280,6 @@ def visible_spans_between(user, gpu_ids: Sequence[int], *, start: datetime, end:
         holds.annotate(lo=_epoch(RangeStartsWith("during")), hi=_epoch(RangeEndsWith("during"))).order_by("during")
         .values_list("gpu_id", "booking_id", "booking__note", "lo", "hi")
     )
-    for gpu_id, booking_id, note, lo, hi in _plain_rows(holds):
+    for gpu_id, booking_id, note, lo, hi in plain_rows(holds):
         out.append((gpu_id, lo, hi, booking_label(booking_id, note)))
     return out

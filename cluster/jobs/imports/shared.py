@@ -17,6 +17,7 @@ from cluster.jobs.write import jobs_write
 from cluster.models import Gpu, GpuModel, Job, JobState, Node, TeamIdentity
 from cluster.telemetry.importer import ImportRefused, listed
 from teams.models import Project, Team
+from teams.selectors import project_name_taken
 
 __all__ = ["ImportRefused", "JobImportReport", "Lookups", "new_team", "parse_int", "write_checked"]
 
@@ -148,7 +149,7 @@ class Lookups:
             project = data.project
             if project is not None and project.pk is None:
                 project.team = project.team  # the team may have been saved just now: take its id
-                if Project.objects.filter(team=project.team, name__iexact=project.name).exists():
+                if project_name_taken(project.team, project.name):
                     project.name = f"{project.name} ({project.slug})"[:100]
                 project.save()
                 report.projects_created.append(f"{project.team.slug}/{project.slug}")
