@@ -12,8 +12,6 @@ all they need (django-csp's policy objects are more than one fixed policy wants)
 
 from __future__ import annotations
 
-from django.conf import settings
-
 from config.errors import is_api
 
 CONTENT_SECURITY_POLICY = "; ".join([
@@ -39,12 +37,3 @@ class SecurityHeaders:
         return response
 
 
-def client_ip(request) -> str | None:
-    """The client's address for sign-in throttling: ``REMOTE_ADDR``, or behind a proxy that ends TLS
-    (``TRUST_X_FORWARDED_FOR``) the last address of ``X-Forwarded-For``, the one the proxy appended (the
-    ones before it are the client's to write)."""
-    if settings.TRUST_X_FORWARDED_FOR:
-        forwarded = [part.strip() for part in request.META.get("HTTP_X_FORWARDED_FOR", "").split(",") if part.strip()]
-        if forwarded:
-            return forwarded[-1]
-    return request.META.get("REMOTE_ADDR")

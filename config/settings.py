@@ -176,8 +176,12 @@ AXES_LOCKOUT_PARAMETERS = ["username", "ip_address"]
 AXES_RESET_ON_SUCCESS = True
 # The client's address: REMOTE_ADDR, or behind a proxy the address it appended to X-Forwarded-For.
 TRUST_X_FORWARDED_FOR = env_bool("TRUST_X_FORWARDED_FOR", False)
-AXES_CLIENT_IP_CALLABLE = "config.security.client_ip"
+AXES_CLIENT_IP_CALLABLE = "teams.authentication.client_ip"
 AXES_LOCKOUT_TEMPLATE = "teams/locked_out.html"
+# Failed API bearer tokens (issue 17): past this many from one client address (an IPv6 client's /64) in a
+# fixed window of this many minutes, the address is answered 429 with Retry-After until the window ends.
+API_TOKEN_FAILURE_LIMIT = env_int("API_TOKEN_FAILURE_LIMIT", 30, minimum=1)
+API_TOKEN_FAILURE_WINDOW_MINUTES = env_int("API_TOKEN_FAILURE_WINDOW_MINUTES", 15, minimum=1)
 SESSION_COOKIE_HTTPONLY = True
 SESSION_COOKIE_SECURE = env_bool("SECURE_COOKIES", HTTPS)
 CSRF_COOKIE_SECURE = SESSION_COOKIE_SECURE

@@ -1,8 +1,74 @@
+"""Who a request is: the API's bearer tokens, the client's address, and the throttle on failed tokens."""
+
+from __future__ import annotations
+
+import ipaddress
+import math
+from datetime import UTC, datetime
+
+from django.conf import settings
+from django.db import connection
+from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from rest_framework import authentication, exceptions
 
-from teams.models import ApiToken
+from teams.models import ApiToken, TokenFailures
+
+
+def client_ip(request) -> str | None:
+    """The client's address (for sign-in and token throttling): ``REMOTE_ADDR``, or behind a proxy that ends
+    TLS (``TRUST_X_FORWARDED_FOR``) the last address of ``X-Forwarded-For``, the one the proxy appended (the
+    ones before it are the client's to write)."""
+    if settings.TRUST_X_FORWARDED_FOR:
+        forwarded = [part.strip() for part in request.META.get("HTTP_X_FORWARDED_FOR", "").split(",") if part.strip()]
+        if forwarded:
+            return forwarded[-1]
+    return request.META.get("REMOTE_ADDR")
+
+
+def throttled_address(raw: str | None) -> str:
+    """The address failures are counted under: an IPv4 address as it is, an IPv6 one as its /64 (one
+    client holds a whole /64), anything unreadable as ``::`` (counted together, never uncounted)."""
+    try:
+        address = ipaddress.ip_address((raw or "").strip())
+    except ValueError:
+        return "::"
+    if address.version == 6:
+        return str(ipaddress.ip_network(f"{address}/64", strict=False).network_address)
+    return str(address)
+
+
+def failure_window(now: datetime) -> tuple[datetime, datetime]:
+    """The fixed window of ``API_TOKEN_FAILURE_WINDOW_MINUTES`` that holds ``now`` (aligned to the epoch)."""
+    seconds = settings.API_TOKEN_FAILURE_WINDOW_MINUTES * 60
+    start = int(now.timestamp()) // seconds * seconds
+    return datetime.fromtimestamp(start, tz=UTC), datetime.fromtimestamp(start + seconds, tz=UTC)
+
+
+def token_refusal_wait(address: str, *, now: datetime) -> int | None:
+    """Seconds until ``address`` may present a token again, or None if it may now."""
+    start, end = failure_window(now)
+    failures = TokenFailures.objects.filter(address=address, window_start=start).values_list("failures", flat=True).first()
+    if failures is None or failures < settings.API_TOKEN_FAILURE_LIMIT:
+        return None
+    return max(1, math.ceil((end - now).total_seconds()))
+
+
+def record_token_failure(address: str, *, now: datetime) -> int:
+    """Count one failed token from ``address`` in this window (one statement, safe under concurrent
+    failures) and forget ended windows; returns the window's count."""
+    start, _end = failure_window(now)
+    table = TokenFailures._meta.db_table
+    with connection.cursor() as cursor:
+        cursor.execute(f"DELETE FROM {table} WHERE window_start < %s", [start])  # noqa: S608 (our table's name)
+        cursor.execute(
+            f"INSERT INTO {table} (address, window_start, failures) VALUES (%s, %s, 1) "  # noqa: S608
+            "ON CONFLICT (address, window_start) DO UPDATE SET failures = "
+            f"{table}.failures + 1 RETURNING failures",
+            [address, start],
+        )
+        return cursor.fetchone()[0]
 
 
 class HashedTokenAuthentication(authentication.BaseAuthentication):
@@ -16,12 +82,21 @@ class HashedTokenAuthentication(authentication.BaseAuthentication):
             return None
         if len(header) != 2:
             raise exceptions.AuthenticationFailed(_("Authorization header must be 'Bearer <token>'."))
+        # An address past its failures is refused before its token is looked at, right or wrong: otherwise
+        # the refusals would still tell a guess that hits from one that misses.
+        now = timezone.now()
+        address = throttled_address(client_ip(request))
+        wait = token_refusal_wait(address, now=now)
+        if wait is not None:
+            raise exceptions.Throttled(wait=wait, detail=_("Too many failed API tokens from this address."))
         try:
             raw = header[1].decode()
         except UnicodeDecodeError:
+            record_token_failure(address, now=now)
             raise exceptions.AuthenticationFailed(_("The token contains invalid characters.")) from None
         token = ApiToken.authenticate(raw)
         if token is None:
+            record_token_failure(address, now=now)
             raise exceptions.AuthenticationFailed(_("Invalid, expired or revoked token."))
         return token.user, token
 

@@ -94,3 +94,21 @@ class ApiToken(models.Model):
         if self.revoked_at is None:
             self.revoked_at = timezone.now()
             self.save(update_fields=["revoked_at"])
+
+
+class TokenFailures(models.Model):
+    """Failed bearer tokens from one client address in one window (``API_TOKEN_FAILURE_WINDOW_MINUTES``):
+    past ``API_TOKEN_FAILURE_LIMIT`` the address is answered 429 until the window ends. Kept in the
+    database, not in Redis: the API keeps serving while Redis is down, and each test's rows roll back."""
+
+    address = models.GenericIPAddressField(_("client address"))
+    window_start = models.DateTimeField(_("window start"))
+    failures = models.PositiveIntegerField(_("failures"))
+
+    class Meta:
+        verbose_name = _("failed API tokens")
+        verbose_name_plural = _("failed API tokens")
+        constraints = [models.UniqueConstraint(fields=["address", "window_start"], name="token_failures_once")]
+
+    def __str__(self) -> str:
+        return f"{self.address} {self.window_start:%Y-%m-%d %H:%M} × {self.failures}"
