@@ -18,7 +18,7 @@ from typing import Any
 import agents
 from agents.backends.replay import ReplayBackend
 from agents.backends.sim import SimBackend
-from agents.clock import Clock, make_clock
+from agents.clock import Clock, SkewedClock, make_clock
 from agents.config import AgentConfig, ConfigError
 from agents.http import make_server
 from agents.metrics import Telemetry
@@ -96,7 +96,9 @@ class Agent:
         last_ts = self.spool.last_ts()
         if start is not None and last_ts is not None:
             start = max(start, last_ts)  # resume a simulation where the spool left off
-        return make_clock(start=start, speed=config.speed)
+        clock = make_clock(start=start, speed=config.speed)
+        offset = config.sim.clock_offset_s if config.backend == "sim" else 0.0
+        return SkewedClock(clock, offset_s=offset) if offset else clock
 
     # -- running ------------------------------------------------------------------------------
 

@@ -86,6 +86,24 @@ class AcceleratedClock:
         return False
 
 
+class SkewedClock:
+    """A clock ``offset_s`` seconds off another (ahead when positive): the clock of a node whose machine
+    time was never synchronised. Only the fleet's ``--clock-offset`` makes one, for the fault scenarios
+    (``make chaos``); a real agent reads its machine's clock, wrong or not."""
+
+    def __init__(self, inner: Clock, *, offset_s: float) -> None:
+        self._inner = inner
+        self.offset_s = float(offset_s)
+        self.start = inner.start + self.offset_s
+        self.speed = getattr(inner, "speed", 1.0)
+
+    def now(self) -> float:
+        return self._inner.now() + self.offset_s
+
+    def sleep_until(self, target: float, stop: threading.Event) -> bool:
+        return self._inner.sleep_until(target - self.offset_s, stop)
+
+
 def make_clock(*, start: float | None, speed: float, real: Callable[[], float] = time.time) -> Clock:
     """The real clock when there is nothing to accelerate, else an accelerated one. A ``start`` in
     the future is clamped to now (nothing may be stamped ahead of real time)."""

@@ -48,6 +48,7 @@ class SimConfig:
     speed: float = 1.0
     start: float | None = None  # epoch seconds; None = now
     mig: bool = False
+    clock_offset_s: float = 0.0  # the fleet's --clock-offset: a node clock this far off (agents/clock.py)
 
 
 @dataclass

@@ -70,6 +70,9 @@ def add_fleet_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--speed", default="1", help="clock speed-up while catching up (default 1)")
     parser.add_argument("--start", default="now", help='clock start: "now", a relative time (write --start=-2h), epoch seconds, ISO-8601 '
                                                'with offset (default now)')
+    parser.add_argument("--clock-offset", type=float, default=0.0,
+                        help="seconds every node's clock is off real time, ahead when positive (write "
+                             "--clock-offset=-3600), at most a day; for fault tests (default 0)")
     parser.add_argument("--interval", type=int, default=10, help="sample interval in seconds (default 10)")
     parser.add_argument("--spool-max-mib", type=float, default=512, help="spool size bound per node (default 512)")
     parser.add_argument("--log-level", default="info", help="debug, info, warning, error (default info)")
@@ -171,6 +174,8 @@ def run_fleet(args: argparse.Namespace) -> int:
             raise ConfigError("--speed", "must be a number at least 1", args.speed)
         if not 1 <= args.gpus <= 64:
             raise ConfigError("--gpus", "must be an integer from 1 to 64", args.gpus)
+        if not abs(args.clock_offset) <= 86400:  # also refuses nan
+            raise ConfigError("--clock-offset", "must be a number of seconds from -86400 to 86400", args.clock_offset)
         if not 1 <= args.interval <= 3600:
             raise ConfigError("--interval", "must be an integer from 1 to 3600", args.interval)
     except (ConfigError, ValueError) as error:
@@ -186,7 +191,7 @@ def run_fleet(args: argparse.Namespace) -> int:
                 spool_path=Path(args.spool_dir) / f"{node.hostname}.sqlite", spool_max_mib=args.spool_max_mib,
                 hostname=node.hostname,
                 sim=SimConfig(gpus=base.gpus, model=node.spec.short_name, seed=base.seed, speed=base.speed,
-                              start=base.start, mig=node.mig),
+                              start=base.start, mig=node.mig, clock_offset_s=args.clock_offset),
             )
             backend = SimBackend(hostname=node.hostname, gpus=base.gpus, model=node.spec.short_name, seed=base.seed,
                                  mig=node.mig, maintenance=node.maintenance)

@@ -5,7 +5,7 @@ import time
 
 import pytest
 
-from agents.clock import AcceleratedClock, RealClock, make_clock
+from agents.clock import AcceleratedClock, RealClock, SkewedClock, make_clock
 
 
 class FakeTime:
@@ -72,3 +72,22 @@ def test_it_uses_the_real_clock_when_there_is_nothing_to_accelerate():
     assert isinstance(make_clock(start=time.time() - 60, speed=5), AcceleratedClock)
     future = make_clock(start=time.time() + 3600, speed=5)  # clamped to now
     assert future.now() <= time.time()
+
+
+def test_a_skewed_clock_reads_its_offset_off_the_clock_it_wraps():
+    real = FakeTime(20_000.0)
+    ahead = SkewedClock(RealClock(real=real), offset_s=3600)
+    behind = SkewedClock(RealClock(real=real), offset_s=-3600)
+    assert (ahead.now(), behind.now()) == (23_600.0, 16_400.0)
+    assert (ahead.start, behind.start) == (23_600.0, 16_400.0)
+    real.now += 7
+    assert (ahead.now(), behind.now()) == (23_607.0, 16_407.0)
+
+
+def test_a_skewed_clock_sleeps_until_its_own_reading():
+    real = FakeTime(20_000.0)
+    ahead = SkewedClock(RealClock(real=real), offset_s=3600)
+    stop = threading.Event()
+    assert ahead.sleep_until(23_600.0, stop) is True  # its own now: no wait
+    stop.set()
+    assert ahead.sleep_until(23_601.0, stop) is False  # one second on: it waits, and the stop ends the wait

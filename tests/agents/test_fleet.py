@@ -4,6 +4,7 @@ import json
 import signal
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -107,3 +108,39 @@ def test_it_runs_n_agents_on_consecutive_ports(tmp_path):
         out, err = fleet.communicate(timeout=15)
     assert fleet.returncode == 0, err
     assert out.splitlines()[0].startswith(f"gpu-h200-01\thttp://127.0.0.1:{base}\tH200 x2")
+
+
+@pytest.mark.parametrize("offset", [3600, -3600])
+def test_its_nodes_clocks_run_off_by_the_clock_offset(tmp_path, offset):
+    base = free_port_run(1)
+    token_file = tmp_path / "fleet.json"
+    command = [sys.executable, "-m", "agents", "fleet", "--nodes", "1", "--gpus", "1", "--models", "H100",
+               "--base-port", str(base), "--token-file", str(token_file), "--spool-dir", str(tmp_path / "spools"),
+               "--interval", "1", f"--clock-offset={offset}", "--log-level", "warning"]
+    fleet = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_for(lambda: token_file.exists(), timeout=15, what="the token file")
+        entry = json.loads(token_file.read_text())["gpu-h100-01"]
+
+        def sampled():
+            try:
+                return get_json(f"{entry['url']}/healthz", token=entry["token"])[1]["last_seq"] >= 2
+            except OSError:
+                return False
+
+        wait_for(sampled, timeout=15, what="two samples")
+        status, page = get_json(f"{entry['url']}/v1/samples?after=0", token=entry["token"])
+        now = time.time()
+    finally:
+        fleet.send_signal(signal.SIGTERM)
+        _out, err = fleet.communicate(timeout=15)
+    assert status == 200 and fleet.returncode == 0, err
+    assert abs(page["agent_time"] - (now + offset)) < 5
+    assert all(abs(record["ts"] - (now + offset)) < 10 for record in page["records"])
+
+
+def test_it_refuses_a_clock_offset_beyond_a_day(tmp_path):
+    result = subprocess.run([sys.executable, "-m", "agents", "fleet", "--nodes", "1", "--token-file",
+                             str(tmp_path / "t.json"), "--spool-dir", str(tmp_path), "--clock-offset=90000"],
+                            cwd=ROOT, capture_output=True, text=True, timeout=30)
+    assert result.returncode == 2 and "--clock-offset" in result.stderr and "86400" in result.stderr
