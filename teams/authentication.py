@@ -88,7 +88,7 @@ class HashedTokenAuthentication(authentication.BaseAuthentication):
         address = throttled_address(client_ip(request))
         wait = token_refusal_wait(address, now=now)
         if wait is not None:
-            raise exceptions.Throttled(wait=wait, detail=_("Too many failed API tokens from this address."))
+            raise exceptions.Throttled(wait=wait, detail=str(_("Too many failed API tokens from this address.")))
         try:
             raw = header[1].decode()
         except UnicodeDecodeError:
