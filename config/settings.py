@@ -84,6 +84,8 @@ MIDDLEWARE = [
     "config.security.SecurityHeaders",
     "config.errors.RequestRules",
     "whitenoise.middleware.WhiteNoiseMiddleware",
+    # Outside the session and auth middleware, whose reads come first: a database away is a 503 (issue 17).
+    "config.outage.DatabaseOutage",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.locale.LocaleMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -121,6 +123,8 @@ DATABASES = {"default": database_from_url(env_str("DATABASE_URL"))}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 REDIS_URL = env_str("REDIS_URL")
+# While the database cannot be reached every request answers 503 with this Retry-After (config/outage.py).
+DATABASE_OUTAGE_RETRY_AFTER_S = env_int("DATABASE_OUTAGE_RETRY_AFTER_S", 30, minimum=1)
 
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
