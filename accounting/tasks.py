@@ -76,3 +76,14 @@ def notify_digests() -> int:
 
     with advisory_lock("accounting.notify_digests") as locked:
         return send_digests(now=timezone.now()) if locked else 0
+
+
+@shared_task(name="accounting.tasks.webhook_sweep", ignore_result=True, time_limit=300, soft_time_limit=270)
+def webhook_sweep() -> dict:
+    """Post the webhook deliveries left pending (accounting/notify/webhooks.py). Not under an advisory lock:
+    each delivery is claimed on its own, so a second sweep at the same time skips what the first is posting."""
+    from django.utils import timezone
+
+    from accounting.notify.webhooks import webhook_sweep as sweep
+
+    return sweep(now=timezone.now())

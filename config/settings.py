@@ -338,6 +338,10 @@ CARDHOUR_SITE_URL = env_str("CARDHOUR_SITE_URL", "http://127.0.0.1:8000").rstrip
 NOTIFY_FANOUT_LOOKBACK_MINUTES = env_int("NOTIFY_FANOUT_LOOKBACK_MINUTES", 24 * 60, minimum=1)
 NOTIFY_WEBHOOK_TIMEOUT_S = env_int("NOTIFY_WEBHOOK_TIMEOUT_S", 5, minimum=1)
 NOTIFY_WEBHOOK_MAX_ATTEMPTS = env_int("NOTIFY_WEBHOOK_MAX_ATTEMPTS", 5, minimum=1)
+# A delivery still pending this long after it was queued is posted by the sweeper (accounting.tasks.webhook_sweep,
+# every NOTIFY_WEBHOOK_SWEEP_EVERY_S): its task was never enqueued (a crash, the broker away) or its retries were lost.
+NOTIFY_WEBHOOK_SWEEP_AFTER_S = env_int("NOTIFY_WEBHOOK_SWEEP_AFTER_S", 300, minimum=1)
+NOTIFY_WEBHOOK_SWEEP_EVERY_S = env_int("NOTIFY_WEBHOOK_SWEEP_EVERY_S", 60, minimum=1)
 
 # Usage aggregates (DESIGN.md §4): days marked by the triggers and the open days are recomputed this often.
 USAGE_AGGREGATE_EVERY_S = env_int("USAGE_AGGREGATE_EVERY_S", 300, minimum=10)
@@ -360,6 +364,10 @@ CELERY_BEAT_SCHEDULE = {
     },
     "quota-alerts": {"task": "accounting.tasks.quota_alerts", "schedule": 600.0, "options": {"expires": 600}},
     "notify-fan-out": {"task": "accounting.tasks.notify_fan_out", "schedule": 60.0, "options": {"expires": 60}},
+    "webhook-sweep": {
+        "task": "accounting.tasks.webhook_sweep", "schedule": NOTIFY_WEBHOOK_SWEEP_EVERY_S,
+        "options": {"expires": NOTIFY_WEBHOOK_SWEEP_EVERY_S},
+    },
     "notify-digests": {"task": "accounting.tasks.notify_digests", "schedule": 900.0, "options": {"expires": 900}},
     # Every 15 minutes; the task itself sends only from Monday's digest time on, once a week per person.
     "weekly-reports": {"task": "boards.periods.tasks.weekly_reports", "schedule": 900.0, "options": {"expires": 900}},

@@ -122,8 +122,13 @@ def _queue_deliveries(alerts: list[Alert], *, now: datetime) -> list[int]:
 
 
 def enqueue_deliveries(delivery_ids: Iterable[int]) -> None:
+    """Queue the posts; with the broker away the deliveries stay pending and the sweeper posts them."""
     for delivery_id in delivery_ids:
-        deliver_webhook.delay(delivery_id)
+        try:
+            deliver_webhook.delay(delivery_id)
+        except Exception as error:  # kombu's OperationalError, or whatever the transport raises
+            log.warning("queueing webhook deliveries failed (%s); the sweeper posts them later", error)
+            return
 
 
 def email_critical(*, now: datetime, since: datetime) -> int:

@@ -1,6 +1,7 @@
 """Posting alerts to webhook endpoints (DESIGN.md §6): a generic JSON body, or DingTalk- and Feishu-style
 robot messages signed the way those robots check. Only workers post (the ``deliver_webhook`` task); a
-failed post is retried with backoff by the task, and a delivery is sent at most once."""
+failed post is retried with backoff by the task, a delivery left pending (never enqueued, retries lost) is
+posted by the sweeper (``webhook_sweep``), and two workers never post one delivery twice."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from celery import shared_task
 from django.conf import settings
@@ -100,13 +101,24 @@ def webhook_post(endpoint: WebhookEndpoint, alert: Alert) -> None:
         raise WebhookError(f"HTTP {status}")
 
 
+BUSY = "busy"  # webhook_deliver's answer when another worker holds the delivery
+
+
 def webhook_deliver(*, delivery_id: int, now: datetime | None = None) -> str:
-    """Try ``delivery_id`` once unless it is already sent or given up. Returns its status; raises
-    :class:`DeliveryRetry` when the post failed and attempts are left (the caller schedules the retry)."""
+    """Try ``delivery_id`` once unless it is already sent or given up. Returns its status, or :data:`BUSY`
+    when another worker is posting it right now; raises :class:`DeliveryRetry` when the post failed and
+    attempts are left (the caller schedules the retry)."""
     now = now or timezone.now()
     with transaction.atomic():
-        # The row lock keeps two workers from posting the same delivery at once.
-        delivery = WebhookDelivery.objects.select_for_update().get(pk=delivery_id)
+        # The claim: the row stays locked while it is posted, and a second worker (the sweeper and a late
+        # original task) skips it instead of waiting, then finds it sent. A worker killed mid-post rolls the
+        # claim back, so the delivery is pending again and is retried (posted at least once, never twice by
+        # two live workers).
+        delivery = WebhookDelivery.objects.select_for_update(skip_locked=True).filter(pk=delivery_id).first()
+        if delivery is None:
+            if WebhookDelivery.objects.filter(pk=delivery_id).exists():
+                return BUSY
+            raise WebhookDelivery.DoesNotExist(f"webhook delivery {delivery_id}")
         if delivery.status != DeliveryStatus.PENDING:
             return delivery.status
         endpoint = WebhookEndpoint.objects.get(pk=delivery.endpoint_id)
@@ -124,6 +136,26 @@ def webhook_deliver(*, delivery_id: int, now: datetime | None = None) -> str:
     if delivery.status == DeliveryStatus.PENDING:
         raise DeliveryRetry(delivery.last_error)
     return delivery.status
+
+
+def webhook_sweep(*, now: datetime, limit: int = 50) -> dict:
+    """Post the deliveries still pending NOTIFY_WEBHOOK_SWEEP_AFTER_S after they were queued (a crash between
+    the commit that made them and the enqueue, a broker away, retries lost), oldest first, at most ``limit``
+    a run, each once through :func:`webhook_deliver`; one still failing waits for the next sweep until its
+    attempts are spent. Deliveries to an endpoint switched off since are left alone."""
+    cutoff = now - timedelta(seconds=settings.NOTIFY_WEBHOOK_SWEEP_AFTER_S)
+    due = list(
+        WebhookDelivery.objects.filter(status=DeliveryStatus.PENDING, created_at__lte=cutoff, endpoint__active=True)
+        .order_by("created_at", "pk").values_list("pk", flat=True)[:limit]
+    )
+    outcome = {"due": len(due), DeliveryStatus.SENT: 0, DeliveryStatus.FAILED: 0, "retry": 0, BUSY: 0}
+    for delivery_id in due:
+        try:
+            status = webhook_deliver(delivery_id=delivery_id, now=now)
+        except DeliveryRetry:
+            status = "retry"
+        outcome[status] = outcome.get(status, 0) + 1
+    return outcome
 
 
 @shared_task(bind=True, name="accounting.tasks.deliver_webhook", ignore_result=True, max_retries=10, time_limit=60,
