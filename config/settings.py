@@ -120,6 +120,9 @@ TEMPLATES = [
 ]
 
 DATABASES = {"default": database_from_url(env_str("DATABASE_URL"))}
+# The runtime's own database role (docs/decisions.md, "Audit rows and grants"): it may insert and read the
+# audit trail and the ledger, never change them; granted after each migration and by manage.py db_app_role.
+CARDHOUR_DB_APP_ROLE = env_str("CARDHOUR_DB_APP_ROLE", "cardhour_app")  # empty: none made or granted
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 REDIS_URL = env_str("REDIS_URL")

@@ -9,10 +9,11 @@ from django.db import models
 from django.db.models.functions import Lower
 from django.utils.translation import gettext_lazy as _
 
+from teams.audit.models import AuditEntry, AuditKind
 from teams.roles import TeamRole, sees_all_teams
 from teams.tokens import ApiToken, ApiTokenKind, TokenFailures
 
-__all__ = ["ApiToken", "ApiTokenKind", "Membership", "Project", "Team", "TokenFailures"]
+__all__ = ["ApiToken", "ApiTokenKind", "AuditEntry", "AuditKind", "Membership", "Project", "Team", "TokenFailures"]
 
 cost_centre_validator = RegexValidator(
     r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,31}$",

@@ -11,14 +11,14 @@ them is carried out:
   have. Saves to one table take their turn (an advisory lock to the end of the transaction), so two of
   them never check the constraint at once and wait on each other until PostgreSQL's deadlock detector
   aborts one (a deadlock with a writer outside these services is still tried again);
-- each change is recorded as a ``MoneyChange`` row: who, when, what, and the values before and after
-  (JSON: Decimals as strings, dates ISO; ``before`` is null for a creation, ``after`` for a deletion).
+- each change is recorded in the audit trail (teams.audit, read here as ``MoneyChange``): who, when, what,
+  and the values before and after (JSON: Decimals as strings, dates ISO; ``before`` is null for a
+  creation, ``after`` for a deletion), in the change's own transaction.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from datetime import date
 from decimal import Decimal, InvalidOperation
 
 from django.conf import settings
@@ -26,15 +26,14 @@ from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import IntegrityError, OperationalError, models, transaction
 from django.utils.translation import gettext as _
 
-from accounting.models import MoneyChange
 from core.locks import wait_turn
 from core.money import currency_validator
 from core.sqlstate import DEADLOCK_DETECTED, EXCLUSION_VIOLATION
 from core.timewindow import OutsideWindow, check_date_in_window, window_message
+from teams.audit.records import audit_record, audit_values, subject_of
 from teams.roles import is_admin, is_finance
 
 WRITE_ATTEMPTS = 3
-SUBJECT_LENGTH = MoneyChange._meta.get_field("subject").max_length
 
 
 # ---- who writes, and the row a change locks --------------------------------------------------------------
@@ -146,35 +145,19 @@ def save_guarded(instance: models.Model, *, constraint: str, conflict: Callable[
 # ---- the audit record ------------------------------------------------------------------------------------
 
 def change_subject(what: str, closed_periods: list[str]) -> str:
-    """What changed, and the closed periods it priced, cut to the field's length."""
+    """What changed, and the closed periods it priced, cut to the subject's length."""
     if not closed_periods:
         return what
-    subject = f"{what}; priced closed {', '.join(closed_periods)}"
-    return subject if len(subject) <= SUBJECT_LENGTH else subject[:SUBJECT_LENGTH - 1] + "…"
-
-
-def _plain(instance: models.Model, field: models.Field):
-    value = getattr(instance, field.attname)
-    if value is None:
-        return None
-    if field.is_relation:
-        related = getattr(instance, field.name)
-        return getattr(related, "short_name", None) or getattr(related, "slug", None) or str(related)
-    if isinstance(field, models.DecimalField):
-        return str(Decimal(value).quantize(Decimal(1).scaleb(-field.decimal_places)))
-    if isinstance(value, date):
-        return value.isoformat()
-    return value
+    return subject_of(f"{what}; priced closed {', '.join(closed_periods)}")
 
 
 def change_values(instance: models.Model) -> dict:
-    """The row's editable values as JSON: related rows by short name or slug, Decimals as strings at the
-    field's places, dates ISO."""
-    return {field.name: _plain(instance, field) for field in instance._meta.concrete_fields
-            if field.editable and not field.primary_key}
+    """The row's editable values as the audit trail keeps them (teams.audit.records.audit_values)."""
+    return audit_values(instance)
 
 
-def record_change(*, user, subject: str, before: dict | None, after: dict | None) -> None:
-    """A ``MoneyChange`` row, unless nothing changed."""
-    if before != after:
-        MoneyChange.objects.create(changed_by=user, subject=subject, before=before, after=after)
+def record_change(*, user, kind: str, instance: models.Model, subject: str, before: dict | None,
+                  after: dict | None, team_id: int | None = None) -> None:
+    """The audit row of the change to ``instance`` (of ``kind``), unless nothing changed."""
+    audit_record(kind=kind, user=user, object_id=instance.pk, team_id=team_id, subject=subject, before=before,
+                 after=after)

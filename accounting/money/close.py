@@ -51,6 +51,8 @@ from cluster.models import GpuModel, Node
 from core.locks import wait_turn
 from core.timeutils import business_day_bounds, month_days
 from core.timewindow import OutsideWindow, check_date_in_window, window_message
+from teams.audit.models import AuditKind
+from teams.audit.records import audit_record, audit_values
 
 
 class CloseRefused(Exception):
@@ -218,6 +220,7 @@ def close_period(*, period: date, user=None, now: datetime | None = None) -> Sta
         period=first, revision=revision, status=StatementStatus.CLOSED, currency=settings.CARDHOUR_CURRENCY,
         closed_at=now, closed_by=user,
     )
+    _record(statement, user=user, before=None, now=now)
     latest = {}
     for row in sorted(booked_rows, key=lambda r: r.pk):
         latest[_as_entry(row).key] = row
@@ -252,8 +255,18 @@ def reopen_period(*, period: date, user, reason: str, now: datetime | None = Non
     closed = Statement.objects.select_for_update().filter(period=first, status=StatementStatus.CLOSED).first()
     if closed is None:
         raise CloseRefused([_("%(period)s is not closed.") % {"period": first.strftime("%Y-%m")}])
+    before = audit_values(closed)
+    now = now or timezone.now()
     closed.status = StatementStatus.REOPENED
-    closed.reopened_at, closed.reopened_by, closed.reopen_reason = now or timezone.now(), user, reason.strip()
+    closed.reopened_at, closed.reopened_by, closed.reopen_reason = now, user, reason.strip()
     closed.save(update_fields=["status", "reopened_at", "reopened_by", "reopen_reason"])
+    _record(closed, user=user, before=before, now=now)
     return closed
+
+
+def _record(statement: Statement, *, user, before: dict | None, now: datetime) -> None:
+    """The audit row of a close (a new statement) or a reopening, in the same transaction."""
+    audit_record(kind=AuditKind.PERIOD, user=user, object_id=statement.pk, now=now, before=before,
+                 after=audit_values(statement),
+                 subject=f"period {statement.period:%Y-%m} {statement.status} (revision {statement.revision})")
 

@@ -16,6 +16,7 @@ from django.db.models import F, Func, IntegerField, Q, Value
 from django.utils.translation import gettext_lazy as _
 
 from core.money import currency_validator
+from teams.audit.models import AuditEntry, MoneyChangeManager, append_only
 
 PRICE_DIGITS, PRICE_PLACES = 14, 4
 RATE_DIGITS, RATE_PLACES = 24, 12  # a price times a factor, kept exact
@@ -119,23 +120,17 @@ class ChargePolicy(models.Model):
         return f"idle × {self.idle_charge_factor}, overflow × {self.overflow_multiplier}, unallocated {self.unallocated}"
 
 
-class MoneyChange(models.Model):
-    """Who changed a policy, a rate card or a tariff, when, and the values before and after. Never edited."""
+class MoneyChange(AuditEntry):
+    """The audit trail's changes to rate cards, energy tariffs, the charge policy and quotas (what the finance
+    page and API show); the rows are the trail's own (teams.audit)."""
 
-    changed_at = models.DateTimeField(_("changed at"), auto_now_add=True)
-    changed_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, null=True, blank=True,
-                                   related_name="+", verbose_name=_("changed by"))
-    subject = models.CharField(_("what"), max_length=100, help_text=_("e.g. 'charge policy' or 'rate card 12'."))
-    before = models.JSONField(_("before"), null=True, blank=True)
-    after = models.JSONField(_("after"), null=True, blank=True)
+    objects = MoneyChangeManager()
 
     class Meta:
+        proxy = True
         ordering = ["-changed_at", "-id"]
         verbose_name = _("money change")
         verbose_name_plural = _("money changes")
-
-    def __str__(self) -> str:
-        return f"{self.changed_at:%Y-%m-%d %H:%M} {self.subject}"
 
 
 class Quota(models.Model):
@@ -211,6 +206,7 @@ class Statement(models.Model):
         return f"{self.period:%Y-%m} r{self.revision} {self.status}"
 
 
+@append_only
 class LedgerEntry(models.Model):
     """Usage of one business day, team, project, GPU model and kind at one rate, as a statement booked
     it. Append-only (the database refuses updates and deletes): a correction is a reversing entry with

@@ -3,7 +3,7 @@ and quotas, and the rules each checks (required fields, the supported window, no
 
 How a write is carried out is accounting/money/changes.py's: admin and finance only, one transaction,
 a ``ValidationError`` of ``{field: message}`` naming the rule, a racing writer refused by the exclusion
-constraint with the same message, and a ``MoneyChange`` row recording the values before and after.
+constraint with the same message, and an audit row (teams.audit) recording the values before and after.
 Changing or deleting a rate card or tariff that a closed statement priced is allowed (reopening and
 closing the period again books the difference); the audit subject says which closed periods it priced.
 """
@@ -43,6 +43,7 @@ from accounting.money.changes import (
     save_guarded,
     validate_fields,
 )
+from teams.audit.models import AuditKind
 
 # ---- rate cards ------------------------------------------------------------------------------------------
 
@@ -77,8 +78,8 @@ def rate_card_save(*, user, gpu_model, valid_from: date, valid_until: date | Non
     save_guarded(card, constraint="rate_card_no_overlap", conflict=conflict)
     spans.append((card.gpu_model_id, card.valid_from, card.valid_until))
     card.closed_periods = _closed_periods_priced(spans)
-    record_change(user=user, subject=_rate_card_subject(card, card.closed_periods), before=before,
-                  after=change_values(card))
+    record_change(user=user, kind=AuditKind.RATE_CARD, instance=card,
+                  subject=_rate_card_subject(card, card.closed_periods), before=before, after=change_values(card))
     return card
 
 
@@ -87,9 +88,10 @@ def rate_card_delete(*, user, card: RateCard) -> None:
     require_writer(user)
     card, before = locked_for_change(RateCard, card)
     periods = _closed_periods_priced([(card.gpu_model_id, card.valid_from, card.valid_until)])
-    subject = _rate_card_subject(card, periods)
+    subject, pk = _rate_card_subject(card, periods), card.pk
     card.delete()
-    record_change(user=user, subject=subject, before=before, after=None)
+    card.pk = pk
+    record_change(user=user, kind=AuditKind.RATE_CARD, instance=card, subject=subject, before=before, after=None)
 
 
 def _rate_card_subject(card: RateCard, closed_periods: list[str]) -> str:
@@ -132,7 +134,8 @@ def energy_tariff_save(*, user, valid_from: date, valid_until: date | None, pric
     save_guarded(tariff, constraint="energy_tariff_no_overlap", conflict=conflict)
     spans.append((None, tariff.valid_from, tariff.valid_until))
     tariff.closed_periods = _closed_periods_priced(spans)
-    record_change(user=user, subject=change_subject(f"energy tariff {tariff.pk}", tariff.closed_periods),
+    record_change(user=user, kind=AuditKind.ENERGY_TARIFF, instance=tariff,
+                  subject=change_subject(f"energy tariff {tariff.pk}", tariff.closed_periods),
                   before=before, after=change_values(tariff))
     return tariff
 
@@ -143,8 +146,10 @@ def energy_tariff_delete(*, user, tariff: EnergyTariff) -> None:
     tariff, before = locked_for_change(EnergyTariff, tariff)
     subject = change_subject(f"energy tariff {tariff.pk}",
                              _closed_periods_priced([(None, tariff.valid_from, tariff.valid_until)]))
+    pk = tariff.pk
     tariff.delete()
-    record_change(user=user, subject=subject, before=before, after=None)
+    tariff.pk = pk
+    record_change(user=user, kind=AuditKind.ENERGY_TARIFF, instance=tariff, subject=subject, before=before, after=None)
 
 
 def _tariff_overlap(other: EnergyTariff | None) -> str:
@@ -185,7 +190,8 @@ def policy_update(*, user, idle_charge_factor=None, overflow_multiplier=None,
     raise_problems(problems)
     validate_fields(policy)
     policy.save()
-    record_change(user=user, subject="charge policy", before=before, after=change_values(policy))
+    record_change(user=user, kind=AuditKind.CHARGE_POLICY, instance=policy, subject="charge policy", before=before,
+                  after=change_values(policy))
     return policy
 
 
@@ -221,7 +227,8 @@ def quota_save(*, user, team, gpu_model, period_start: date, expires: date, card
         return {"period_start": _quota_overlap(_quota_overlapping(quota, team, gpu_model, period_start, expires))}
 
     save_guarded(quota, constraint="quota_no_overlap", conflict=conflict)
-    record_change(user=user, subject=_quota_subject(quota), before=before, after=change_values(quota))
+    record_change(user=user, kind=AuditKind.QUOTA, instance=quota, team_id=quota.team_id,
+                  subject=_quota_subject(quota), before=before, after=change_values(quota))
     return quota
 
 
@@ -229,9 +236,11 @@ def quota_save(*, user, team, gpu_model, period_start: date, expires: date, card
 def quota_delete(*, user, quota: Quota) -> None:
     require_writer(user)
     quota, before = locked_for_change(Quota, quota)
-    subject = _quota_subject(quota)
+    subject, pk = _quota_subject(quota), quota.pk
     quota.delete()
-    record_change(user=user, subject=subject, before=before, after=None)
+    quota.pk = pk
+    record_change(user=user, kind=AuditKind.QUOTA, instance=quota, team_id=quota.team_id, subject=subject,
+                  before=before, after=None)
 
 
 def _quota_overlapping(quota: Quota, team, gpu_model, period_start: date, expires: date) -> Quota | None:
