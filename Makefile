@@ -9,10 +9,11 @@ STAMP := $(VENV)/.installed
 PORT ?= 8000
 AGENT_PORT ?= 9400
 PYTEST_ARGS ?=
+CHAOS_ARGS ?=
 # Moments (UTC) of the moved-clock run; `make test-clock FAKETIME_AT="2026-12-31 23:30:00"` runs one.
 FAKETIME_AT ?=
 
-.PHONY: install demo test test-clock lint browser-deps messages bench clean
+.PHONY: install demo test test-clock lint browser-deps messages bench chaos clean
 
 install: $(STAMP)
 
@@ -44,6 +45,11 @@ test-clock: install browser-deps
 # Figures the issues ask for, from one run (BENCH_ARGS="--records 200000 --only collector" for a quick one).
 bench: install
 	$(BIN)/python -m bench $(BENCH_ARGS)
+
+# The fault scenarios of issue 17 against real processes, one verdict line each (under ~15 minutes;
+# CHAOS_ARGS="--quick" shortens the outages, CHAOS_ARGS="--only kill" runs some). Logs in var/chaos/logs.
+chaos: install
+	$(BIN)/python -m chaos $(CHAOS_ARGS)
 
 messages: install
 	$(BIN)/python manage.py makemessages -l zh_Hans --no-obsolete --ignore=.venv --ignore=var --ignore=tests
