@@ -66,6 +66,7 @@ class AlertKind(models.TextChoices):
     NODE_UNREACHABLE = "node_unreachable", _("Node unreachable")
     NODE_UNAUTHORIZED = "node_unauthorized", _("Agent refuses the server's token")
     AGENT_ERROR = "agent_error", _("Agent answers in an unknown shape")
+    NODE_CLOCK_SKEW = "node_clock_skew", _("Agent clock off")
     GPU_XID = "gpu_xid", _("XID errors")
     GPU_ECC_DBE = "gpu_ecc_dbe", _("Double-bit ECC errors")
     BOOKING_IDLE = "booking_idle", _("Booked GPUs idle")

@@ -273,6 +273,9 @@ gc.set_threshold(*PYTHON_GC_THRESHOLD)
 
 TELEMETRY_MAX_FUTURE_S = env_int("TELEMETRY_MAX_FUTURE_S", 600, minimum=0)
 TELEMETRY_MAX_AGE_S = env_int("TELEMETRY_MAX_AGE_S", 7 * 86400, minimum=60)
+# An agent whose clock is further than this from the server's (either way) flags its node: a warning alert
+# (node_clock_skew) and a mark on the inventory and node pages. Its records follow the rules above (DESIGN.md §3).
+TELEMETRY_MAX_CLOCK_SKEW_S = env_int("TELEMETRY_MAX_CLOCK_SKEW_S", 120, minimum=1)
 TELEMETRY_ERROR_QUIET_S = env_int("TELEMETRY_ERROR_QUIET_S", 3600, minimum=60)
 TELEMETRY_RAW_RETENTION_DAYS = env_int("TELEMETRY_RAW_RETENTION_DAYS", 8, minimum=1)
 TELEMETRY_MINUTE_RETENTION_DAYS = env_int("TELEMETRY_MINUTE_RETENTION_DAYS", 400, minimum=1)

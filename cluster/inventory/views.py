@@ -10,6 +10,7 @@ from cluster.inventory.filters import FIRST_DAY, NodeDayForm, NodeFilterForm, no
 from cluster.inventory.holders import HolderState, attach_holders
 from cluster.inventory.selectors import inventory_summary
 from cluster.telemetry import charts
+from cluster.telemetry.models import clock_skewed_annotation
 from cluster.telemetry.selectors import (
     gpu_activity,
     node_day_series,
@@ -31,7 +32,7 @@ def inventory(request):
     """Every node with its GPUs, status and last contact, and who holds each GPU now and how busy it is;
     filters by pool, GPU model and status."""
     form = NodeFilterForm(request.GET or None).with_pool_choices()
-    nodes = nodes_with_gpus()
+    nodes = nodes_with_gpus().annotate(clock_skewed=clock_skewed_annotation())
     if form.is_bound and form.is_valid():
         nodes = form.filter(nodes)
     nodes = list(nodes)

@@ -15,7 +15,7 @@ import psycopg
 from django.conf import settings
 from django.db import DataError, transaction
 from django.utils import timezone
-from django.utils.translation import ngettext
+from django.utils.translation import gettext, ngettext
 
 from cluster.choices import AlertKind, AlertSubject, AlertTier, NodeStatus
 from cluster.inventory.sync import inventory_apply
@@ -24,6 +24,7 @@ from cluster.status.services import alert_close, alert_raise, node_alert_raise, 
 from cluster.telemetry import agent_client
 from cluster.telemetry.agent_client import AgentError, AgentProtocolError
 from cluster.telemetry.ingest import IngestResult, ingest_json_lines
+from cluster.telemetry.models import clock_skewed
 from core.languages import in_every_language
 
 log = logging.getLogger(__name__)
@@ -46,6 +47,7 @@ class CollectOutcome:
     rejected: dict[str, int] = field(default_factory=dict)
     skipped: bool = False
     error: str = ""
+    clock_skew_s: float | None = None  # the agent's clock minus the server's, at its last answer
 
 
 def collect_node(*, node_id: int, now: datetime | None = None, max_pages: int = 50, fetch=None) -> CollectOutcome:
@@ -65,7 +67,7 @@ def collect_node(*, node_id: int, now: datetime | None = None, max_pages: int = 
         _record_failure(node, error, now=now or timezone.now())
         return outcome
     if outcome.pages:
-        _record_success(node, now=now or timezone.now())
+        _record_success(node, clock_skew_s=outcome.clock_skew_s, now=now or timezone.now())
     return outcome
 
 
@@ -87,6 +89,7 @@ def _collect_page(node: Node, outcome: CollectOutcome, *, fetch, now: datetime) 
         _advance(state, page, result, now=now)
         _raise_gpu_error_alerts(node, result, now=now)
     outcome.pages += 1
+    outcome.clock_skew_s = state.clock_skew_s
     outcome.stored += result.stored
     for reason, count in result.rejected.items():
         outcome.rejected[reason] = outcome.rejected.get(reason, 0) + count
@@ -157,13 +160,40 @@ def _refresh_inventory_if_due(node: Node, state: CollectionState, *, now: dateti
     )
 
 
-def _record_success(node: Node, *, now: datetime) -> None:
+def _clock_text(skew_s: float) -> str:
+    if skew_s > 0:
+        return gettext(
+            "The agent's clock is %(seconds)d s ahead of the server's: its records more than %(limit)d s ahead "
+            "are refused and counted as rejected."
+        ) % {"seconds": round(skew_s), "limit": settings.TELEMETRY_MAX_FUTURE_S}
+    return gettext(
+        "The agent's clock is %(seconds)d s behind the server's: its records are stored at the times it wrote, "
+        "which are that much early."
+    ) % {"seconds": round(-skew_s)}
+
+
+def _raise_clock_skew(node: Node, skew_s: float, *, now: datetime) -> None:
+    """Flag a node whose agent's clock is off by more than TELEMETRY_MAX_CLOCK_SKEW_S: a warning, refreshed on
+    each collection while it lasts, closed by the first collection with the clock back within it."""
+    alert_raise(
+        subject_type=AlertSubject.NODE, subject_id=node.pk, subject_label=node.hostname,
+        kind=AlertKind.NODE_CLOCK_SKEW, tier=AlertTier.WARNING,
+        message=in_every_language(lambda: _clock_text(skew_s)),
+        details={"clock_skew_s": skew_s, "limit_s": settings.TELEMETRY_MAX_CLOCK_SKEW_S}, at=now,
+    )
+
+
+def _record_success(node: Node, *, clock_skew_s: float | None = None, now: datetime) -> None:
     node.refresh_from_db(fields=["status"])
     Node.objects.filter(pk=node.pk).update(last_seen_at=now)
     if node.status not in NodeStatus.set_by_admins() and node.status != NodeStatus.UP:
         node_status_set(node=node, status=NodeStatus.UP, at=now, reason="collected")
-    # One statement for the three kinds: this runs after every successful collection of every node.
-    alert_close(subject_type=AlertSubject.NODE, subject_id=node.pk, kinds=FAILURE_ALERT_KINDS, at=now)
+    skewed = clock_skewed(clock_skew_s)
+    closed = FAILURE_ALERT_KINDS if skewed or clock_skew_s is None else (*FAILURE_ALERT_KINDS, AlertKind.NODE_CLOCK_SKEW)
+    # One statement for the kinds: this runs after every successful collection of every node.
+    alert_close(subject_type=AlertSubject.NODE, subject_id=node.pk, kinds=closed, at=now)
+    if skewed:
+        _raise_clock_skew(node, clock_skew_s, now=now)
 
 
 def _record_failure(node: Node, error: AgentError, *, now: datetime) -> None:

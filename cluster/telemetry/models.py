@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from django.conf import settings
 from django.db import models
+from django.db.models.functions import Abs
+from django.db.models.lookups import GreaterThan
 from django.utils.translation import gettext_lazy as _
 
 from cluster.inventory.models import Gpu, Node
@@ -148,6 +151,18 @@ class DirtyBucket(models.Model):
 
     def __str__(self) -> str:
         return f"{self.level} gpu {self.gpu_id} @ {self.bucket:%Y-%m-%d %H:%M}"
+
+
+def clock_skewed(skew_s: float | None) -> bool:
+    """Whether an agent's clock (its last answer's time minus the server's) is off by more than
+    TELEMETRY_MAX_CLOCK_SKEW_S, ahead or behind: its node is flagged (the collector's node_clock_skew alert)."""
+    return skew_s is not None and abs(skew_s) > settings.TELEMETRY_MAX_CLOCK_SKEW_S
+
+
+def clock_skewed_annotation() -> GreaterThan:
+    """:func:`clock_skewed` as an annotation on nodes (``Node.objects.annotate(clock_skewed=…)``; NULL: the
+    collector never heard the agent's clock)."""
+    return GreaterThan(Abs(models.F("collection__clock_skew_s")), settings.TELEMETRY_MAX_CLOCK_SKEW_S)
 
 
 class CollectionState(models.Model):

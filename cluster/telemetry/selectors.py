@@ -13,6 +13,7 @@ from django.utils.translation import gettext
 
 from cluster.choices import AlertSubject, AlertTier
 from cluster.models import Alert, CollectionState, MinuteRollup, Node, NodeStatusPeriod
+from cluster.telemetry.models import clock_skewed
 
 SERIES_COLUMNS = ["gpu", "bucket_ms", "util_mean", "util_max", "mem_used_max_mib", "coverage"]
 STATUS_HISTORY_LENGTH = 20
@@ -114,6 +115,7 @@ class NodeHealth:
     data_complete_to: datetime | None
     lag_s: float | None
     clock_skew_s: float | None
+    clock_skewed: bool  # off by more than TELEMETRY_MAX_CLOCK_SKEW_S
     consecutive_failures: int
     last_error: str
     records_stored: int
@@ -142,6 +144,7 @@ def node_health(node: Node) -> NodeHealth:
         data_complete_to=state.data_complete_to,
         lag_s=state.lag_s,
         clock_skew_s=state.clock_skew_s,
+        clock_skewed=clock_skewed(state.clock_skew_s),
         consecutive_failures=state.consecutive_failures,
         last_error=state.last_error,
         records_stored=state.records_stored,

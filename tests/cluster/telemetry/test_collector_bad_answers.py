@@ -62,7 +62,11 @@ def node(agent):
 
 
 def page(records, **meta):
-    head = {"spool_id": "s1", "last_seq": len(records), "more": False, "dropped_total": 0, "agent_time": 0, "count": len(records)}
+    from django.utils import timezone
+
+    # The stand-in's clock is the server's: a clock far off flags the node (tests/cluster/telemetry/test_clock_skew.py).
+    head = {"spool_id": "s1", "last_seq": len(records), "more": False, "dropped_total": 0,
+            "agent_time": timezone.now().timestamp(), "count": len(records)}
     head.update(meta)
     return b"".join(json.dumps(x).encode() + b"\n" for x in [head, *records])
 
