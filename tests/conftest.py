@@ -25,6 +25,8 @@ TESTS = Path(__file__).resolve().parent
 # the above.
 CLOCK_MODULES = frozenset({
     "accounting/money/test_close.py",
+    "accounting/money/test_close_interrupted.py",
+    "accounting/usage/test_aggregation_interrupted.py",
     "demo/test_money.py",
     "accounting/money/test_exports.py",
     "accounting/money/test_finance_page.py",
