@@ -112,3 +112,27 @@ def test_the_cursor_stays_when_the_database_goes_mid_page_and_nothing_is_lost_or
     assert (state.cursor, state.records_stored, state.records_rejected) == (12, 12, 0)
     stored = sorted(int(ts.timestamp()) for ts in Sample.objects.values_list("ts", flat=True))
     assert stored == sorted(row["ts"] for row in records(1, 12))  # each record once
+
+
+@pytest.mark.django_db
+def test_a_collection_killed_mid_page_is_redone_and_equals_an_uninterrupted_run(agent, monkeypatch):
+    """The worker dies after the page's records were written and before its cursor moved: the page's
+    transaction goes whole, and the redo stores what one uninterrupted collection stores."""
+    from cluster.telemetry import collector
+    from tests.crash import WorkerKilled, crash_after_call
+
+    node, _token = node_register(hostname="n1", agent_url=f"http://127.0.0.1:{agent.server_port}")
+    agent.spooled = records(1, 12)
+    calls = crash_after_call(monkeypatch, collector, "_ingest", call=1)
+    with pytest.raises(WorkerKilled):
+        collect_node(node_id=node.pk, now=NOW)
+    assert len(calls) == 1
+    assert not Sample.objects.exists()
+    assert CollectionState.objects.get(node=node).cursor == 0
+    monkeypatch.undo()
+
+    assert collect_node(node_id=node.pk, now=NOW).stored == 12
+    state = CollectionState.objects.get(node=node)
+    assert (state.cursor, state.records_stored) == (12, 12)
+    stored = sorted(int(ts.timestamp()) for ts in Sample.objects.values_list("ts", flat=True))
+    assert stored == [row["ts"] for row in records(1, 12)]
