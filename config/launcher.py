@@ -16,6 +16,7 @@ import socket
 import subprocess
 import sys
 import time
+from urllib.parse import quote, urlsplit, urlunsplit
 
 from config.embedded import BASE_DIR, VAR_DIR, local_environment
 
@@ -53,6 +54,7 @@ def main(argv: list[str] | None = None) -> int:
     for key, value in DEMO_DEFAULTS.items():
         os.environ.setdefault(key, value)
     print(f"Starting the embedded services (PostgreSQL, Redis) under var/{args.state} …", flush=True)
+    embedded_db = not os.environ.get("DATABASE_URL")
     os.environ.update(local_environment(args.state))
     os.environ.setdefault("ALLOWED_HOSTS", f"{args.host},localhost,127.0.0.1")
     os.environ.setdefault("CARDHOUR_SITE_URL", f"http://{args.host}:{args.port}")  # the weekly report's links
@@ -68,6 +70,8 @@ def main(argv: list[str] | None = None) -> int:
     history = [] if args.history_days is None else ["--history-days", str(args.history_days)]
     try:
         subprocess.run([*manage, "migrate", "--noinput", "-v", "0"], check=True)
+        if embedded_db and os.environ.get("CARDHOUR_DB_APP_ROLE", "cardhour_app"):
+            subprocess.run([*manage, "db_app_role", "--login"], check=True, stdout=subprocess.DEVNULL)
         subprocess.run([*manage, "collectstatic", "--noinput", "-v", "0"], check=True)
         _wait_for_file(tokens, fleet)
         if not args.no_load:
@@ -95,7 +99,11 @@ def main(argv: list[str] | None = None) -> int:
         ],
     }
     processes = {"agents": fleet}
-    processes.update({name: subprocess.Popen(cmd, cwd=BASE_DIR, start_new_session=True) for name, cmd in children.items()})
+    # Web, worker and beat log in as the application's role: the audit trail and the ledger are append-only
+    # to them (docs/decisions.md, "Audit rows and grants"); migrations and the loader stay the owner's.
+    app_env = {**os.environ, "DATABASE_URL": app_database_url(embedded=embedded_db)}
+    processes.update({name: subprocess.Popen(cmd, cwd=BASE_DIR, start_new_session=True, env=app_env)
+                      for name, cmd in children.items()})
     stopping = False
 
     def stop(*_args):
@@ -131,6 +139,22 @@ def main(argv: list[str] | None = None) -> int:
     _stop_all(processes)
     print("Stopped web, worker and beat; stopping PostgreSQL and Redis.", flush=True)
     return exit_code
+
+
+def app_database_url(*, embedded: bool) -> str:
+    """The URL web, worker and beat use: the embedded server's as the application's role; a server of
+    one's own: ``APP_DATABASE_URL`` if set, else ``DATABASE_URL`` as it is."""
+    role = os.environ.get("CARDHOUR_DB_APP_ROLE", "cardhour_app")
+    if embedded and role:
+        return as_database_user(os.environ["DATABASE_URL"], role)
+    return os.environ.get("APP_DATABASE_URL") or os.environ["DATABASE_URL"]
+
+
+def as_database_user(url: str, user: str) -> str:
+    """``url`` with its user replaced by ``user`` and no password (the embedded server trusts local users)."""
+    parts = urlsplit(url)
+    host = parts.netloc.rsplit("@", 1)[-1]
+    return urlunsplit(parts._replace(netloc=f"{quote(user, safe='')}@{host}"))
 
 
 def fleet_arguments(*, agent_port: int, tokens, spools, backfill: str) -> list[str]:

@@ -17,6 +17,7 @@ from django.utils.text import slugify
 from accounting.usage.services import backfill_done, backfill_started
 from agents.backends.gpu_models import TOTAL_SLICES, find_model
 from cluster.choices import NodeStatus
+from cluster.inventory.services import node_token_set
 from cluster.inventory.sync import mig_shares
 from cluster.models import Gpu, GpuModel, IdentityKind, Node, TeamIdentity
 from cluster.status.services import node_status_set
@@ -24,8 +25,9 @@ from core.timeutils import business_today, previous_month
 from demo.bookings import MAINTENANCE_NODE, load_demo_bookings
 from demo.history import RECENT_DAYS, history_window, load_demo_history, part_loaded
 from demo.money import close_last_month, load_demo_money
-from teams.models import Membership, Project, Team
+from teams.models import Project, Team
 from teams.roles import ADMIN_GROUP, FINANCE_GROUP, TeamRole
+from teams.services import membership_set, roles_record, stored_roles
 
 DEMO_PASSWORD = "cardhour-demo"  # noqa: S105 (the documented demo password)
 UUID_NAMESPACE = uuid.UUID("6f1c3a52-8f0e-4c1e-9a53-2b7d7e0c9d11")
@@ -127,8 +129,7 @@ def load_demo(*, agents: dict | None = None, history_days: int | None = None, re
                 },
             )
             if agent.get("token") and node.agent_token != agent["token"]:
-                node.agent_token = agent["token"]
-                node.save(update_fields=["agent_token"])
+                node_token_set(node=node, token=agent["token"])  # audited, as load_demo
             if created or (node.status != status and status == NodeStatus.MAINTENANCE):
                 node_status_set(node=node, status=status, reason="demo data set")
             port += 1
@@ -206,9 +207,11 @@ def _load_teams_and_users() -> None:
         )
         if created:
             user.set_password(DEMO_PASSWORD)
+        roles_before = stored_roles(user.pk) if not created else None
         user.is_staff = user.is_superuser = group == ADMIN_GROUP
         user.save()
         if group:
             user.groups.add(Group.objects.get_or_create(name=group)[0])
+        roles_record(user=None, member=user, before=roles_before)  # audited as load_demo
         for slug, role in memberships:
-            Membership.objects.update_or_create(user=user, team=teams[slug], defaults={"role": role})
+            membership_set(user=None, team=teams[slug], member=user, role=role)

@@ -13,6 +13,7 @@ from teams.serializers import (
     ProjectSerializer,
     TeamSerializer,
 )
+from teams.services import team_delete
 
 
 class TeamViewSet(viewsets.ModelViewSet):
@@ -24,6 +25,9 @@ class TeamViewSet(viewsets.ModelViewSet):
 
     def get_queryset(self):
         return Team.objects.visible_to(self.request.user)
+
+    def perform_destroy(self, instance):
+        team_delete(user=self.request.user, team=instance)  # its memberships go too, each audited
 
 
 class LeadsWriteProjects(permissions.BasePermission):

@@ -5,11 +5,14 @@ the rules and the exclusion constraint answer clearly); maintenance windows are 
 from django import forms
 from django.contrib import admin
 from django.core.exceptions import ValidationError
+from django.db import transaction
 from django.utils.translation import gettext_lazy as _
 
 from cluster.bookings.holds import first_conflict, hold_conflict_message, node_gpu_ids
 from cluster.bookings.services import maintenance_create
 from cluster.models import Booking, GpuHold, MaintenanceWindow, TeamBookingPolicy
+from teams.audit.models import AuditKind
+from teams.audit.records import audit_record, audit_values
 
 
 class GpuHoldInline(admin.TabularInline):
@@ -78,3 +81,24 @@ class MaintenanceWindowAdmin(admin.ModelAdmin):
 class TeamBookingPolicyAdmin(admin.ModelAdmin):
     list_display = ["team", "max_hours", "max_days_ahead", "max_gpus_per_booking", "max_gpus_held",
                     "idle_warn_minutes", "idle_release_minutes"]
+
+    # The policy is edited only here: each save and delete is audited in the admin's transaction.
+    def save_model(self, request, obj, form, change):
+        stored = TeamBookingPolicy.objects.select_related("team").filter(pk=obj.pk).first() if change else None
+        super().save_model(request, obj, form, change)
+        self._record(request, obj, before=audit_values(stored) if stored else None, after=audit_values(obj))
+
+    def delete_model(self, request, obj):
+        before, pk = audit_values(obj), obj.pk
+        super().delete_model(request, obj)
+        obj.pk = pk
+        self._record(request, obj, before=before, after=None)
+
+    def delete_queryset(self, request, queryset):
+        with transaction.atomic():
+            for policy in queryset.select_related("team"):
+                self.delete_model(request, policy)
+
+    def _record(self, request, policy, *, before, after):
+        audit_record(kind=AuditKind.BOOKING_POLICY, user=request.user, object_id=policy.pk, team_id=policy.team_id,
+                     subject=f"booking policy of {policy.team.slug}", before=before, after=after)

@@ -55,6 +55,8 @@ from cluster.models import (
 )
 from core.locks import wait_turn
 from core.sqlstate import DEADLOCK_DETECTED, EXCLUSION_VIOLATION
+from teams.audit.models import AuditKind
+from teams.audit.records import audit_entry, audit_record_many, audit_values
 from teams.models import Membership, Project, Team
 from teams.roles import TeamRole, is_admin
 
@@ -203,9 +205,9 @@ def booking_create(
         booked_end=end, note=note, created_at=now, node=node,
         gpu_model=gpu_model if named is None else named[0].model if len({g.model_id for g in named}) == 1 else None,
     )
-    if named is not None:
-        return _book_named(booking, named)
-    return _book_picked(booking, gpu_model, limits, now)
+    booking = _book_named(booking, named) if named is not None else _book_picked(booking, gpu_model, limits, now)
+    _record(booking, user=user, before=None, now=now)
+    return booking
 
 
 def _book_named(booking: Booking, gpus: list[Gpu]) -> Booking:
@@ -278,10 +280,11 @@ def _check_writable(user, booking: Booking) -> None:
 def booking_set_end(*, user, booking: Booking, end: datetime, now: datetime | None = None) -> Booking:
     """Extend (when the GPUs are free) or shorten a booking that has not ended."""
     now = now or timezone.now()
-    booking = Booking.objects.select_for_update().get(pk=booking.pk)
+    booking = _locked().get(pk=booking.pk)
     _check_writable(user, booking)
     if booking.status != BookingStatus.BOOKED or booking.end <= now:
         raise BookingRefused(400, "end", _("the booking has already ended."))
+    before = booking_values(booking)
     limits = booking_limits(booking.team)
     for field, message in window_problems(start=booking.start, end=end, now=now, limits=limits, new=False):
         raise BookingRefused(400, field, message)
@@ -298,11 +301,13 @@ def booking_set_end(*, user, booking: Booking, end: datetime, now: datetime | No
     booking.end = booking.booked_end = end
     booking.reminded_at = None
     booking.save(update_fields=["end", "booked_end", "reminded_at"])
+    _record(booking, user=user, before=before, now=now)
     return booking
 
 
-def _close(booking: Booking, *, status: str, at: datetime) -> Booking:
+def _close(booking: Booking, *, status: str, at: datetime, user=None) -> Booking:
     """End a running booking at ``at`` (its GPUs are free from then), or cancel one not yet started."""
+    before = booking_values(booking)
     if booking.start >= at:
         booking.status = BookingStatus.CANCELLED
         booking.holds.update(active=False)
@@ -312,6 +317,7 @@ def _close(booking: Booking, *, status: str, at: datetime) -> Booking:
         booking.holds.active().update(during=DateTimeTZRange(booking.start, booking.end))
     booking.closed_at = at
     booking.save(update_fields=["status", "end", "closed_at"])
+    _record(booking, user=user, before=before, now=at)
     return booking
 
 
@@ -319,27 +325,62 @@ def _close(booking: Booking, *, status: str, at: datetime) -> Booking:
 def booking_cancel(*, user, booking: Booking, now: datetime | None = None) -> Booking:
     """Cancel a booking that has not started, or end a running one now (its GPUs are free at once)."""
     now = now or timezone.now()
-    booking = Booking.objects.select_for_update().get(pk=booking.pk)
+    booking = _locked().get(pk=booking.pk)
     _check_writable(user, booking)
     if booking.status != BookingStatus.BOOKED or booking.end <= now:
         raise BookingRefused(400, "id", _("the booking has already ended."))
-    return _close(booking, status=BookingStatus.ENDED, at=now)
+    return _close(booking, status=BookingStatus.ENDED, at=now, user=user)
 
 
 @transaction.atomic
 def booking_release(*, booking_id: int, at: datetime) -> Booking | None:
     """The system takes back an idle booking's GPUs from ``at`` (no-op unless it still holds them)."""
-    booking = Booking.objects.select_for_update().filter(pk=booking_id, status=BookingStatus.BOOKED).first()
+    booking = _locked().filter(pk=booking_id, status=BookingStatus.BOOKED).first()
     if booking is None or booking.end <= at:
         return None
     return _close(booking, status=BookingStatus.RELEASED, at=at)
 
 
+@transaction.atomic
 def bookings_end_due(*, now: datetime) -> int:
-    """Mark bookings whose end has passed as ended (their holds already stop there). Rerunnable."""
-    return Booking.objects.filter(status=BookingStatus.BOOKED, end__lte=now).update(
-        status=BookingStatus.ENDED, closed_at=now
-    )
+    """Mark bookings whose end has passed as ended (their holds already stop there), each audited. Rerunnable."""
+    due = list(_locked().filter(status=BookingStatus.BOOKED, end__lte=now))
+    entries = []
+    for booking in due:
+        before = booking_values(booking)
+        booking.status, booking.closed_at = BookingStatus.ENDED, now
+        entries.append(_entry(booking, user=None, before=before, now=now))
+    Booking.objects.filter(pk__in=[booking.pk for booking in due]).update(status=BookingStatus.ENDED, closed_at=now)
+    audit_record_many(entries)
+    return len(due)
+
+
+# ---- the audit trail -------------------------------------------------------------------------------------
+
+BOOKING_RELATED = ("team", "project", "booker", "created_by", "gpu_model", "node")
+# The watcher's own bookkeeping (when it warned, when it reminded) is not a change to the booking.
+NOT_AUDITED = ("idle_warned_at", "reminded_at")
+
+
+def booking_values(booking: Booking) -> dict:
+    """A booking as the audit trail keeps it."""
+    return audit_values(booking, exclude=NOT_AUDITED)
+
+
+def _entry(booking: Booking, *, user, before: dict | None, now: datetime):
+    return audit_entry(kind=AuditKind.BOOKING, user=user, object_id=booking.pk, team_id=booking.team_id, now=now,
+                       subject=f"booking {booking.pk} ({booking.team.slug})", before=before,
+                       after=booking_values(booking))
+
+
+def _locked():
+    """Bookings locked for a change, with what their audit rows name."""
+    return Booking.objects.select_for_update(of=("self",)).select_related(*BOOKING_RELATED)
+
+
+def _record(booking: Booking, *, user, before: dict | None, now: datetime) -> None:
+    """The audit row of a booking's change, in the change's transaction."""
+    audit_record_many([_entry(booking, user=user, before=before, now=now)])
 
 
 @transaction.atomic

@@ -3,7 +3,7 @@ from django.contrib import admin, messages
 from django.db import models
 from django.utils.translation import gettext_lazy as _
 
-from cluster.inventory.services import agent_config_line, node_token_rotate
+from cluster.inventory.services import agent_config_line, node_token_record, node_token_rotate
 from cluster.models import (
     Gpu,
     GpuModel,
@@ -102,13 +102,15 @@ class NodeAdmin(admin.ModelAdmin):
         status = obj.status
         if change and "status" in form.changed_data:
             obj.status = form.initial["status"]  # node_status_set records the change in the history
+        token_before = Node.objects.filter(pk=obj.pk).values_list("agent_token", flat=True).first() if change else ""
         super().save_model(request, obj, form, change)
+        node_token_record(user=request.user, node=obj, before=token_before or "")  # audited, never its value
         node_status_set(node=obj, status=status, reason=f"set by {request.user.get_username()} in the admin")
 
     @admin.action(description=_("Rotate the agent token (shown once)"))
     def rotate_agent_token(self, request, queryset):
         for node in queryset:
-            token = node_token_rotate(node=node)
+            token = node_token_rotate(node=node, user=request.user)
             self.message_user(
                 request, _("%(node)s: new token %(token)s — agent config: %(line)s")
                 % {"node": node.hostname, "token": token, "line": agent_config_line(token)},

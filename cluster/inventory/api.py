@@ -1,3 +1,4 @@
+from django.db import transaction
 from drf_spectacular.utils import extend_schema
 from rest_framework import viewsets
 from rest_framework.decorators import action
@@ -11,7 +12,7 @@ from cluster.inventory.serializers import (
     GpuSerializer,
     NodeSerializer,
 )
-from cluster.inventory.services import agent_config_line, node_token_rotate
+from cluster.inventory.services import agent_config_line, node_token_record, node_token_rotate
 from cluster.models import Gpu, GpuModel, Node
 from cluster.status.services import node_status_set
 from core.api import form_errors
@@ -43,14 +44,18 @@ class NodeViewSet(viewsets.ModelViewSet):
             raise ValidationError(form_errors(form))
         return form.filter(queryset)
 
+    @transaction.atomic
     def perform_create(self, serializer):
         node = serializer.save()
         node_status_set(node=node, status=node.status, reason="registered")
+        node_token_record(user=self.request.user, node=node, before="")
         node.whole_gpus = []
 
+    @transaction.atomic
     def perform_update(self, serializer):
-        before = serializer.instance.status
+        before, token_before = serializer.instance.status, serializer.instance.agent_token
         node = serializer.save()
+        node_token_record(user=self.request.user, node=node, before=token_before)
         if node.status != before:
             Node.objects.filter(pk=node.pk).update(status=before)  # the history service makes the change
             node_status_set(node=node, status=node.status, reason=f"set by {self.request.user.get_username()}")
@@ -60,7 +65,7 @@ class NodeViewSet(viewsets.ModelViewSet):
     def rotate_token(self, request, hostname=None):
         """Issue a new agent token (admins). Returned once, with the line for the agent's config."""
         node = self.get_object()
-        token = node_token_rotate(node=node)
+        token = node_token_rotate(node=node, user=request.user)
         return Response({"token": token, "agent_config_line": agent_config_line(token)})
 
 
