@@ -21,14 +21,15 @@ def main(argv: list[str] | None = None) -> int:
     only = set(args.only.split(","))
 
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
+    from bench.scratch import recreate_database, with_database
     from config.embedded import local_environment
 
     os.environ.update(local_environment("bench"))
     import dj_database_url
 
     base = os.environ["DATABASE_URL"]
-    os.environ["DATABASE_URL"] = _with_database(base, "cardhour_bench")
-    _recreate_database(dj_database_url.parse(base), "cardhour_bench")
+    os.environ["DATABASE_URL"] = with_database(base, "cardhour_bench")
+    recreate_database(dj_database_url.parse(base), "cardhour_bench")
 
     import django
 
@@ -109,25 +110,6 @@ def _print_collector(r: dict) -> None:
     print(f"  raw binary COPY          {r['raw_binary_copy_rows_per_s']:>12,.0f} rows/s")
     print(f"  collector / text COPY    {r['collector_vs_text_copy']:.2f}  (aim ≥ 0.5)")
     print(f"  collector / binary COPY  {r['collector_vs_binary_copy']:.2f}")
-
-
-def _with_database(url: str, name: str) -> str:
-    head, _sep, tail = url.rpartition("/")
-    query = ""
-    if "?" in tail:
-        tail, query = tail.split("?", 1)
-        query = "?" + query
-    return f"{head}/{name}{query}"
-
-
-def _recreate_database(config: dict, name: str) -> None:
-    import psycopg
-
-    kwargs = {k: v for k, v in {"host": config["HOST"], "port": config["PORT"] or None, "user": config["USER"],
-              "password": config["PASSWORD"] or None, "dbname": config["NAME"]}.items() if v}
-    with psycopg.connect(**kwargs, autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{name}"')
-        conn.execute(f'CREATE DATABASE "{name}"')
 
 
 if __name__ == "__main__":
