@@ -3,6 +3,8 @@ rollups against a recompute from the raw samples."""
 
 from __future__ import annotations
 
+import time
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 from chaos.observe import agent_last_seqs, collected_up_to, gpu_spans, node_counts, wait_for
@@ -16,12 +18,17 @@ class Rollback(Exception):
 def collection(tokens: dict[str, dict], *, timeout_s: float) -> tuple[list[str], str]:
     """Wait for the collector to reach what every agent has produced by now; then no record lost, none
     doubled, no hole in any GPU's samples. Returns (problems, evidence)."""
-    produced = agent_last_seqs(tokens)
-    caught_up = wait_for(lambda: collected_up_to(produced), timeout_s=timeout_s)
-    counts = node_counts(produced)
-    problems = count_problems(counts) + gap_problems(gpu_spans(produced))
-    evidence = count_totals(counts)
-    return problems, evidence + ("" if caught_up else f" (not caught up in {timeout_s:.0f}s)")
+    target = agent_last_seqs(tokens)
+    caught_up = wait_for(lambda: collected_up_to(target), timeout_s=timeout_s)
+    counts = node_counts(target)
+    # The agents go on sampling: what they have produced is read after the rows, so that no cursor can
+    # be ahead of it by a race.
+    latest = agent_last_seqs(tokens)
+    counts = [replace(c, produced=latest[c.node]) for c in counts]
+    problems = count_problems(counts, caught_up=False) + gap_problems(gpu_spans(target))
+    if not caught_up:
+        problems.append(f"the collector did not reach the agents' last seqs {sorted(target.values())} in {timeout_s:.0f}s")
+    return problems, count_totals(counts)
 
 
 def rollup_rows(start: datetime, end: datetime) -> list[tuple]:
@@ -31,17 +38,21 @@ def rollup_rows(start: datetime, end: datetime) -> list[tuple]:
     return list(MinuteRollup.objects.filter(bucket__gte=start, bucket__lt=end).values_list(*fields))
 
 
-def rollups(*, since: datetime, timeout_s: float) -> tuple[list[str], str]:
-    """The minute rollups from ``since`` to the last whole minute equal a recompute from raw (done in a
-    transaction then rolled back), once the rollup watermark has passed that minute."""
+def rollups(*, since: datetime, until: datetime, timeout_s: float) -> tuple[list[str], str]:
+    """The minute rollups from ``since``'s minute to the last whole minute, ``until``'s included, equal a
+    recompute from raw (done in a transaction then rolled back), once the rollup watermark has passed them."""
     from django.db import transaction
     from django.utils import timezone
 
     from cluster.telemetry.rollups import recompute_range, rollup_watermark
 
-    end = timezone.now().replace(second=0, microsecond=0) - timedelta(minutes=1)
+    last = until.astimezone(UTC).replace(second=0, microsecond=0)
+    wait = (last + timedelta(minutes=1, seconds=8) - timezone.now()).total_seconds()
+    if wait > 0:  # that minute is whole, and its last samples collected
+        time.sleep(wait)
+    end = timezone.now().replace(second=0, microsecond=0)
     start = since.astimezone(UTC).replace(second=0, microsecond=0)
-    if not wait_for(lambda: rollup_watermark() > end, timeout_s=timeout_s):
+    if not wait_for(lambda: rollup_watermark() >= end, timeout_s=timeout_s):
         return [f"the rollups did not reach {end:%H:%M} in {timeout_s:.0f}s"], ""
     stored = rollup_rows(start, end)
     try:

@@ -33,7 +33,8 @@ def _kill_in(ctx, model, *, send=None) -> tuple[list[str], str]:
     problems = []
     if not wait_for(lambda: not backend_alive(backend), timeout_s=20):
         problems.append(f"the killed task's database session {backend} lives on")
-    lost = "exited with 'signal 9 (SIGKILL)'" in ctx.stack.log_text("worker")[worker_log_before:]
+    lost = wait_for(lambda: "exited with 'signal 9 (SIGKILL)'" in ctx.stack.log_text("worker")[worker_log_before:],
+                    timeout_s=10)
     if not lost:
         problems.append("the worker's log does not show its pool process killed")
     return problems, " ".join(query.split())[:60]
@@ -53,14 +54,14 @@ def rollup(ctx) -> Verdict:
     since = checks.minutes_ago(5)
     problems, query = _kill_in(ctx, MinuteRollup, send=lambda: ctx.send("cluster.tasks.rollup_pending"))
     ctx.send("cluster.tasks.rollup_pending")
-    rolled, evidence = checks.rollups(since=since, timeout_s=ctx.catch_up_s)
+    rolled, evidence = checks.rollups(since=since, until=checks.minutes_ago(0), timeout_s=ctx.catch_up_s)
     return verdict("kill-rollup", problems + rolled, f"killed in «{query}» {evidence}")
 
 
-def _usage_rows(days) -> list[tuple]:
+def _usage_rows(days, gpu: int) -> list[tuple]:
     from accounting.models import DailyUsage
 
-    return list(DailyUsage.objects.filter(day__in=days).values_list("day", "gpu_id", "state", "team_id", "project_id",
+    return list(DailyUsage.objects.filter(day__in=days, gpu_id=gpu).values_list("day", "gpu_id", "state", "team_id", "project_id",
                                                                      "ticks"))
 
 
@@ -85,7 +86,7 @@ def usage(ctx) -> Verdict:
     ctx.send("accounting.tasks.usage_aggregate")
 
     def redone():
-        rows = _usage_rows(days)
+        rows = _usage_rows(days, marked["gpu"])
         return rows if any(team for _d, _g, _s, team, _p, _t in rows) else None
 
     stored = wait_for(redone, timeout_s=ctx.catch_up_s) or []
@@ -93,8 +94,8 @@ def usage(ctx) -> Verdict:
     try:
         with transaction.atomic():
             for day in days:
-                aggregate_day(day=day, now=timezone.now())
-            clean = _usage_rows(days)
+                aggregate_day(day=day, now=timezone.now(), gpu_ids=[marked["gpu"]], unplaced=False)
+            clean = _usage_rows(days, marked["gpu"])
             raise checks.Rollback
     except checks.Rollback:
         pass

@@ -4,7 +4,7 @@ after), PostgreSQL for one (pages answer a readable 503, nothing is lost, no cur
 from __future__ import annotations
 
 import time
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 from chaos import checks
 from chaos.observe import Prober, probe_once, wait_for
@@ -23,11 +23,12 @@ def redis(ctx) -> Verdict:
     with Prober(ctx.base_url, ctx.browser) as prober:
         time.sleep(ctx.redis_outage_s)
     ctx.stack.redis_start()
-    back = time.monotonic()
+    back, returned = time.monotonic(), datetime.now(UTC)
     problems += [f"pages: {p}" for p in probe_problems(prober.pages, status=200)]
     problems += [f"API: {p}" for p in probe_problems(prober.api, status=200)]
     collected, counts = checks.collection(ctx.stack.tokens, timeout_s=ctx.catch_up_s)
-    rolled, rollup_evidence = checks.rollups(since=began, timeout_s=ctx.catch_up_s)
+    rolled, rollup_evidence = checks.rollups(since=began - timedelta(minutes=1), until=returned,
+                                               timeout_s=ctx.catch_up_s)
     caught_up_s = time.monotonic() - back
     problems += collected + rolled + [f"stopped: {d}" for d in ctx.stack.dead()]
     return verdict(name, problems, f"away={ctx.redis_outage_s}s pages {probe_summary(prober.pages)} api "

@@ -80,10 +80,11 @@ def webhook(ctx) -> Verdict:
         sweep_after = timedelta(seconds=settings.NOTIFY_WEBHOOK_SWEEP_AFTER_S)
 
         def alert(label: str) -> Alert:
+            # Closed at once: a node has one open alert of a kind, and the scenario needs two of its own.
             now = timezone.now()
             return Alert.objects.create(subject_type=AlertSubject.NODE, subject_id=node.pk, subject_label=label,
                                         kind=AlertKind.AGENT_ERROR, tier=AlertTier.CRITICAL, message="chaos",
-                                        opened_at=now, last_seen_at=now)
+                                        opened_at=now, last_seen_at=now, closed_at=now)
 
         with transaction.atomic():  # the crash: committed, never enqueued
             stranded = WebhookDelivery.objects.create(endpoint=endpoint, alert=alert("stranded"), created_at=timezone.now())
