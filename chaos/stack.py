@@ -24,12 +24,14 @@ from config.embedded import BASE_DIR, VAR_DIR, local_environment, start_redis
 
 DATABASE = "cardhour_chaos"
 FLEET_NODES, FLEET_GPUS, SAMPLE_INTERVAL_S = 3, 2, 5
-# Settings of every process of the stack: collection every 5 s and usage every 15 s, so that a scenario
-# sees many periods in a minute; mail to the worker's log.
+# Settings of every process of the stack: collection every 5 s, usage every 15 s, the webhook sweeper every
+# 10 s for deliveries pending 10 s, so that a scenario sees many periods in a minute; mail to the worker's log.
 STACK_SETTINGS = {
     "DJANGO_SETTINGS_MODULE": "config.settings",
     "TELEMETRY_COLLECT_EVERY_S": "5",
     "USAGE_AGGREGATE_EVERY_S": "15",
+    "NOTIFY_WEBHOOK_SWEEP_AFTER_S": "10",
+    "NOTIFY_WEBHOOK_SWEEP_EVERY_S": "10",
     "EMAIL_BACKEND": "django.core.mail.backends.console.EmailBackend",
     "ALLOWED_HOSTS": "127.0.0.1,localhost",
     "DEBUG": "false",

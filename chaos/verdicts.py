@@ -164,7 +164,8 @@ _NOTHING = ("None", "0", "{}", "[]", "False", "")
 
 def task_runs(log_lines: Iterable[str]) -> dict[str, tuple[int, int]]:
     """From a Celery worker's log: task name → (runs received, runs that did something). A run did
-    something unless its logged result is empty (None, 0, {}) or says it skipped."""
+    something unless its logged result is empty (None, 0, {}), a dict of counts that are all 0, or says it
+    skipped."""
     runs: dict[str, list[int]] = {}
     for line in log_lines:
         match = _TASK_LINE.search(line.rstrip())
@@ -173,9 +174,16 @@ def task_runs(log_lines: Iterable[str]) -> dict[str, tuple[int, int]]:
         counts = runs.setdefault(match["name"], [0, 0])
         if match["what"] == "received":
             counts[0] += 1
-        elif match["result"].strip() not in _NOTHING and "skip" not in match["result"].lower():
+        elif _did_work(match["result"].strip()):
             counts[1] += 1
     return {name: (received, effects) for name, (received, effects) in runs.items()}
+
+
+def _did_work(result: str) -> bool:
+    if result in _NOTHING or "skip" in result.lower():
+        return False
+    numbers = re.findall(r":\s*(-?\d+(?:\.\d+)?)", result)  # a dict of counts: all zero is nothing done
+    return not numbers or any(float(n) for n in numbers)
 
 
 def once_per_period_problems(runs: dict[str, tuple[int, int]], periods: dict[str, float]) -> list[str]:

@@ -96,6 +96,10 @@ WORKER_LOG = """\
 [2026-12-06 21:00:03,010: INFO/ForkPoolWorker-1] Task accounting.tasks.usage_aggregate[6f] succeeded in 0.0s: {}
 [2026-12-06 21:00:04,001: INFO/MainProcess] Task accounting.tasks.webhook_sweep[7a] received
 [2026-12-06 21:00:04,010: INFO/ForkPoolWorker-1] Task accounting.tasks.webhook_sweep[7a] succeeded in 0.0s: {'skipped': 'period done'}
+[2026-12-06 21:00:05,001: INFO/MainProcess] Task accounting.tasks.webhook_sweep[8b] received
+[2026-12-06 21:00:05,010: INFO/ForkPoolWorker-1] Task accounting.tasks.webhook_sweep[8b] succeeded in 0.0s: {'due': 0, 'sent': 0}
+[2026-12-06 21:00:06,001: INFO/MainProcess] Task accounting.tasks.webhook_sweep[9c] received
+[2026-12-06 21:00:06,010: INFO/ForkPoolWorker-1] Task accounting.tasks.webhook_sweep[9c] succeeded in 0.0s: {'due': 1, 'sent': 1}
 """
 
 
@@ -103,7 +107,7 @@ def test_it_reads_runs_received_and_runs_that_did_work_from_the_worker_log():
     assert task_runs(WORKER_LOG.splitlines()) == {
         "cluster.tasks.collect_all": (2, 1),
         "accounting.tasks.usage_aggregate": (2, 1),
-        "accounting.tasks.webhook_sweep": (1, 0),
+        "accounting.tasks.webhook_sweep": (3, 1),
     }
 
 
