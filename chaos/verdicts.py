@@ -7,7 +7,6 @@ No Django and no I/O here: the scenarios read the numbers (chaos/observe.py) and
 
 from __future__ import annotations
 
-import math
 import re
 from collections import Counter
 from collections.abc import Iterable, Sequence
@@ -184,15 +183,3 @@ def _did_work(result: str) -> bool:
         return False
     numbers = re.findall(r":\s*(-?\d+(?:\.\d+)?)", result)  # a dict of counts: all zero is nothing done
     return not numbers or any(float(n) for n in numbers)
-
-
-def once_per_period_problems(runs: dict[str, tuple[int, int]], periods: dict[str, float]) -> list[str]:
-    """Tasks whose runs that did something outnumber the periods the window held (plus one: a window cuts
-    a period at each end). ``periods``: task name → periods in the window."""
-    problems = []
-    for name, count in sorted(periods.items()):
-        _received, effects = runs.get(name, (0, 0))
-        allowed = math.floor(count) + 1
-        if effects > allowed:
-            problems.append(f"{name.rsplit('.', 1)[-1]}: {effects} runs did work in {count:.1f} periods")
-    return problems

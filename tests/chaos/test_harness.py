@@ -17,7 +17,6 @@ from chaos.verdicts import (
     count_totals,
     exit_code,
     gap_problems,
-    once_per_period_problems,
     probe_problems,
     row_differences,
     task_runs,
@@ -109,12 +108,6 @@ def test_it_reads_runs_received_and_runs_that_did_work_from_the_worker_log():
         "accounting.tasks.usage_aggregate": (2, 1),
         "accounting.tasks.webhook_sweep": (3, 1),
     }
-
-
-def test_more_runs_that_did_work_than_periods_fail():
-    runs = {"cluster.tasks.collect_all": (36, 35), "accounting.tasks.usage_aggregate": (12, 6)}
-    periods = {"cluster.tasks.collect_all": 18.0, "accounting.tasks.usage_aggregate": 6.0}
-    assert once_per_period_problems(runs, periods) == ["collect_all: 35 runs did work in 18.0 periods"]
 
 
 def test_the_verdict_line_and_the_exit_code():
