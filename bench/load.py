@@ -51,6 +51,7 @@ def main(argv: list[str] | None = None) -> int:
     from bench.scratch import recreate_database, with_database
     from config.embedded import BASE_DIR, VAR_DIR, local_environment
 
+    embedded_db = not os.environ.get("DATABASE_URL")
     os.environ.update(local_environment("load"))
     base = os.environ["DATABASE_URL"]
     os.environ["DATABASE_URL"] = with_database(base, "cardhour_load")
@@ -66,6 +67,11 @@ def main(argv: list[str] | None = None) -> int:
     from django.core.management import call_command
 
     call_command("migrate", verbosity=0)
+    from config.launcher import app_database_url
+
+    if embedded_db and os.environ.get("CARDHOUR_DB_APP_ROLE", "cardhour_app"):
+        call_command("db_app_role", login=True, stdout=open(os.devnull, "w"))  # noqa: SIM115
+    app_url = app_database_url(embedded=embedded_db)  # web, worker and beat run as make demo's do
     agent_port = _free_port_range(args.nodes)
     web_port = _free_port_range(1, start=agent_port + args.nodes)
     models = ",".join(f"{short}:{count}" for short, count in _mix(args.nodes))
@@ -74,7 +80,7 @@ def main(argv: list[str] | None = None) -> int:
     plan = plan_fleet(nodes=None, models=models, base_port=agent_port, prefix="gpu-")
     people = _seed(plan, run_dir)
     processes = _start(args, plan=plan, models=models, agent_port=agent_port, web_port=web_port,
-                       run_dir=run_dir, base_dir=BASE_DIR)
+                       run_dir=run_dir, base_dir=BASE_DIR, database_url=app_url)
     try:
         _wait_for_port(web_port, processes["web"])
         print(f"Waiting for the first collection of {len(plan)} nodes …", flush=True)
@@ -139,8 +145,10 @@ def _seed(plan, run_dir: Path) -> dict:
 # ---- the processes -------------------------------------------------------------------------------------
 
 
-def _start(args, *, plan, models: str, agent_port: int, web_port: int, run_dir: Path, base_dir: Path) -> dict:
+def _start(args, *, plan, models: str, agent_port: int, web_port: int, run_dir: Path, base_dir: Path,
+           database_url: str) -> dict:
     python = sys.executable
+    environment = {**os.environ, "DATABASE_URL": database_url}
     commands = {
         "agents": [python, "-m", "agents", "fleet", "--gpus", str(args.gpus), "--models", models,
                    "--base-port", str(agent_port), "--token-file", str(run_dir / "fleet-tokens.json"),
@@ -156,7 +164,7 @@ def _start(args, *, plan, models: str, agent_port: int, web_port: int, run_dir: 
     for name, command in commands.items():
         log = open(run_dir / f"{name}.log", "w")  # noqa: SIM115 (closed with the process)
         processes[name] = subprocess.Popen(command, cwd=base_dir, stdout=log, stderr=subprocess.STDOUT,
-                                           start_new_session=True)
+                                           env=environment, start_new_session=True)
     return processes
 
 
@@ -257,7 +265,7 @@ def _agents_produced(plan, tokens: dict) -> dict[str, dict]:
 def _stored_once_caught_up(produced: dict, *, timeout_s: float) -> dict[str, dict]:
     """Wait until every node's cursor has passed the seq read above; then count, per node, the rows of its
     GPUs up to that record's time, and the records the collector rejected."""
-    from datetime import datetime
+    from datetime import UTC, datetime
 
     from django.db.models import Count
 
@@ -273,7 +281,7 @@ def _stored_once_caught_up(produced: dict, *, timeout_s: float) -> dict[str, dic
     stored = {}
     rejected = dict(CollectionState.objects.values_list("node__hostname", "records_rejected"))
     for host, seen in produced.items():
-        upto = datetime.fromisoformat(seen["ts"]) if seen["ts"] else None
+        upto = datetime.fromtimestamp(seen["ts"], tz=UTC) if seen["ts"] else None  # the agent's epoch seconds
         rows = Sample.objects.filter(gpu__node__hostname=host, ts__lte=upto).aggregate(n=Count("ts"))["n"] if upto else 0
         stored[host] = {"rows": rows, "rejected": rejected.get(host, 0), "caught_up": host not in behind}
     return stored
