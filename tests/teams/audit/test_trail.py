@@ -1,6 +1,7 @@
 """The audit trail: each kind of change leaves exactly one row (who, when on the fixed clock, before and
 after), a refused change leaves none, and the admin shows the rows but never edits them."""
 
+import importlib
 from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal
 from zoneinfo import ZoneInfo
@@ -249,3 +250,12 @@ def test_the_admin_lists_audit_rows_but_never_edits_them(client, admin_user, fin
     client.force_login(staff(finance_user, superuser=False))  # finance reads money changes, not the whole trail
     assert client.get(reverse("admin:teams_auditentry_changelist")).status_code == 403
 
+
+
+def test_the_migration_reads_each_old_money_subject():
+    """0018 moved MoneyChange's rows in: their kind and object come from the subjects the services wrote."""
+    move = importlib.import_module("accounting.migrations.0018_money_changes_in_audit_trail")
+    assert move.kind_and_id("charge policy") == ("charge_policy", 1)
+    assert move.kind_and_id("rate card 12 (H200); priced closed 2026-11") == ("rate_card", 12)
+    assert move.kind_and_id("energy tariff 3") == ("energy_tariff", 3)
+    assert move.kind_and_id("quota 5 (Team Beta)") == ("quota", 5)
