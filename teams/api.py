@@ -77,7 +77,7 @@ class ApiTokenViewSet(
         return ApiToken.objects.visible_to(self.request.user).select_related("user")
 
     @extend_schema(request=ApiTokenSerializer, responses={201: ApiTokenCreatedSerializer})
-    def create(self, request):
+    def create(self, request, format=None):
         serializer = ApiTokenSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
         with transaction.atomic():

@@ -100,7 +100,7 @@ class BookingViewSet(BookingRefusalsAsErrors, mixins.ListModelMixin, mixins.Retr
             "in the team (`booker`)."
         ),
     )
-    def create(self, request):
+    def create(self, request, format=None):
         serializer = BookingCreateSerializer(data=request.data, context=self.get_serializer_context())
         serializer.is_valid(raise_exception=True)
         booking = booking_create(user=request.user, **serializer.validated_data)
@@ -112,7 +112,7 @@ class BookingViewSet(BookingRefusalsAsErrors, mixins.ListModelMixin, mixins.Retr
         description=_("Move the end of a booking that has not ended: later when its GPUs are free (else 409), or "
                       "earlier. Nothing else changes; the booker or a team lead may do it."),
     )
-    def partial_update(self, request, pk=None):
+    def partial_update(self, request, pk=None, format=None):
         booking = self.get_object()
         serializer = BookingEndSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
@@ -130,7 +130,7 @@ class BookingViewSet(BookingRefusalsAsErrors, mixins.ListModelMixin, mixins.Retr
         description=_("Cancel a booking that has not started, or end a running one now. The booker or a team "
                       "lead may do it."),
     )
-    def destroy(self, request, pk=None):
+    def destroy(self, request, pk=None, format=None):
         booking = booking_cancel(user=request.user, booking=self.get_object())
         return Response(self._row(booking))
 

@@ -62,7 +62,7 @@ class NodeViewSet(viewsets.ModelViewSet):
 
     @extend_schema(request=None, responses={200: AgentTokenSerializer})
     @action(detail=True, methods=["post"], url_path="rotate-token")
-    def rotate_token(self, request, hostname=None):
+    def rotate_token(self, request, hostname=None, format=None):
         """Issue a new agent token (admins). Returned once, with the line for the agent's config."""
         node = self.get_object()
         token = node_token_rotate(node=node, user=request.user)

@@ -95,7 +95,7 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
             "(gpu_count GPUs of gpu_model). Service tokens and admins write any team's jobs, leads their teams'."
         ),
     )
-    def create(self, request):
+    def create(self, request, format=None):
         serializer = JobWriteSerializer(data=request.data, context=self.get_serializer_context())
         serializer.is_valid(raise_exception=True)
         job, outcome = upsert(serializer.validated_data["job"])
@@ -108,7 +108,7 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
         description=_("Correct fields of one run (an end time, a state). source, job_id and start_time are "
                       "its key and cannot change."),
     )
-    def partial_update(self, request, pk=None):
+    def partial_update(self, request, pk=None, format=None):
         job = self.get_object()
         serializer = JobWriteSerializer(job, data=request.data, partial=True, context=self.get_serializer_context())
         serializer.is_valid(raise_exception=True)
@@ -121,7 +121,7 @@ class JobViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
                       "the right one). Admins, and leads for their teams' jobs; its usage leaves the daily "
                       "aggregates at the next aggregation."),
     )
-    def destroy(self, request, pk=None):
+    def destroy(self, request, pk=None, format=None):
         job_delete(job=self.get_object())
         return Response(status=status.HTTP_204_NO_CONTENT)
 
