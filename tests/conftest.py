@@ -92,6 +92,7 @@ CLOCK_MODULES = frozenset({
     "accounting/usage/test_replay.py",
     "core/test_time_window.py",
     "core/test_timeutils.py",
+    "config/test_access_matrix.py",
 })
 
 
