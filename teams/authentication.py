@@ -8,12 +8,14 @@ from datetime import UTC, datetime
 
 from django.conf import settings
 from django.db import connection
+from django.db.models import Subquery
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from rest_framework import authentication, exceptions
 
 from teams.models import ApiToken, TokenFailures
+from teams.tokens import hash_token
 
 
 def client_ip(request) -> str | None:
@@ -46,15 +48,6 @@ def failure_window(now: datetime) -> tuple[datetime, datetime]:
     return datetime.fromtimestamp(start, tz=UTC), datetime.fromtimestamp(start + seconds, tz=UTC)
 
 
-def token_refusal_wait(address: str, *, now: datetime) -> int | None:
-    """Seconds until ``address`` may present a token again, or None if it may now."""
-    start, end = failure_window(now)
-    failures = TokenFailures.objects.filter(address=address, window_start=start).values_list("failures", flat=True).first()
-    if failures is None or failures < settings.API_TOKEN_FAILURE_LIMIT:
-        return None
-    return max(1, math.ceil((end - now).total_seconds()))
-
-
 def record_token_failure(address: str, *, now: datetime) -> int:
     """Count one failed token from ``address`` in this window (one statement, safe under concurrent
     failures) and forget ended windows; returns the window's count."""
@@ -82,23 +75,31 @@ class HashedTokenAuthentication(authentication.BaseAuthentication):
             return None
         if len(header) != 2:
             raise exceptions.AuthenticationFailed(_("Authorization header must be 'Bearer <token>'."))
-        # An address past its failures is refused before its token is looked at, right or wrong: otherwise
-        # the refusals would still tell a guess that hits from one that misses.
+        # An address past its failures is refused whatever token it shows, right or wrong: otherwise the
+        # refusals would still tell a guess that hits from one that misses. A good token costs no query more:
+        # its address's failures come with it.
         now = timezone.now()
         address = throttled_address(client_ip(request))
-        wait = token_refusal_wait(address, now=now)
-        if wait is not None:
-            raise exceptions.Throttled(wait=wait, detail=str(_("Too many failed API tokens from this address.")))
+        start, end = failure_window(now)
         try:
             raw = header[1].decode()
         except UnicodeDecodeError:
-            record_token_failure(address, now=now)
-            raise exceptions.AuthenticationFailed(_("The token contains invalid characters.")) from None
-        token = ApiToken.authenticate(raw)
-        if token is None:
-            record_token_failure(address, now=now)
+            raw = None
+        token = None if raw is None else (
+            ApiToken.objects.usable(now).select_related("user").filter(key_hash=hash_token(raw))
+            .annotate(address_failures=Subquery(
+                TokenFailures.objects.filter(address=address, window_start=start).values("failures")[:1]))
+            .first()
+        )
+        if token is not None and (token.address_failures or 0) < settings.API_TOKEN_FAILURE_LIMIT:
+            token.mark_used()
+            return token.user, token
+        if token is None and record_token_failure(address, now=now) <= settings.API_TOKEN_FAILURE_LIMIT:
+            if raw is None:
+                raise exceptions.AuthenticationFailed(_("The token contains invalid characters."))
             raise exceptions.AuthenticationFailed(_("Invalid, expired or revoked token."))
-        return token.user, token
+        raise exceptions.Throttled(wait=max(1, math.ceil((end - now).total_seconds())),
+                                   detail=str(_("Too many failed API tokens from this address.")))
 
     def authenticate_header(self, request):
         return 'Bearer realm="api"'

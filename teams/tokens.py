@@ -76,13 +76,6 @@ class ApiToken(models.Model):
         )
         return token, raw
 
-    @classmethod
-    def authenticate(cls, raw: str) -> ApiToken | None:
-        token = cls.objects.usable().select_related("user").filter(key_hash=hash_token(raw)).first()
-        if token is not None:
-            token.mark_used()
-        return token
-
     def mark_used(self) -> None:
         # Write at most once a minute: a busy scheduler hook must not turn every call into an UPDATE.
         now = timezone.now()

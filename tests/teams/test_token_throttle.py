@@ -6,9 +6,9 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 import time_machine
-from rest_framework.test import APIClient
+from rest_framework.test import APIClient, APIRequestFactory
 
-from teams.authentication import failure_window, throttled_address
+from teams.authentication import HashedTokenAuthentication, failure_window, throttled_address
 from teams.models import ApiToken, TokenFailures
 
 pytestmark = pytest.mark.django_db
@@ -50,12 +50,13 @@ def test_past_the_limit_the_address_gets_429_with_retry_after_even_with_a_good_t
     assert call(good_token).status_code == 200
 
 
-def test_refusals_are_not_counted_and_good_tokens_never_are(good_token):
+def test_good_tokens_are_never_counted_and_every_bad_one_is(good_token):
     for _attempt in range(20):
         assert call(good_token).status_code == 200
-    for _attempt in range(8):
-        call("chk_wrong")
-    assert TokenFailures.objects.get(address="10.0.0.1").failures == 5  # 5 counted, 3 refused before the check
+    assert not TokenFailures.objects.exists()
+    statuses = [call("chk_wrong").status_code for _attempt in range(8)]
+    assert statuses == [401] * 5 + [429] * 3
+    assert TokenFailures.objects.get(address="10.0.0.1").failures == 8
 
 
 def test_a_token_that_is_not_text_counts_as_a_failure():
@@ -95,3 +96,12 @@ def test_session_users_and_requests_without_a_token_are_never_counted(client, en
         assert client.get(URL).status_code == 200
         assert APIClient().get(URL).status_code in (401, 403)
     assert not TokenFailures.objects.exists()
+
+
+def test_a_good_token_costs_one_query_with_its_user_and_its_address_count(good_token, engineer_a,
+                                                                           django_assert_num_queries):
+    request = APIRequestFactory().get(URL, HTTP_AUTHORIZATION=f"Bearer {good_token}", REMOTE_ADDR="10.0.0.1")
+    HashedTokenAuthentication().authenticate(request)  # the first use writes last_used_at (then once a minute)
+    with django_assert_num_queries(1):
+        user, _token = HashedTokenAuthentication().authenticate(request)
+    assert user == engineer_a

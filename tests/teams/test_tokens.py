@@ -9,8 +9,10 @@ from django.core.exceptions import ImproperlyConfigured
 from django.core.management import call_command
 from django.db import connection
 from django.utils import timezone
+from rest_framework.test import APIRequestFactory
 
 from cluster.models import Node
+from teams.authentication import HashedTokenAuthentication
 from teams.models import ApiToken
 from teams.tokens import hash_token
 
@@ -46,7 +48,8 @@ def test_it_stores_only_the_hash_of_a_service_token(db):
     assert token.kind == "service"
     assert not token.user.has_usable_password()
     assert raw not in all_text_in_table(ApiToken._meta.db_table)
-    assert ApiToken.authenticate(raw) == token
+    request = APIRequestFactory().get("/api/v1/jobs/", HTTP_AUTHORIZATION=f"Bearer {raw}")
+    assert HashedTokenAuthentication().authenticate(request) == (token.user, token)
 
 
 def test_it_authenticates_with_a_bearer_token_and_refuses_revoked_and_expired(client, engineer_a):
