@@ -13,7 +13,7 @@ CHAOS_ARGS ?=
 # Moments (UTC) of the moved-clock run; `make test-clock FAKETIME_AT="2026-12-31 23:30:00"` runs one.
 FAKETIME_AT ?=
 
-.PHONY: install demo test test-clock lint browser-deps messages bench chaos clean
+.PHONY: install demo test test-clock lint browser-deps messages bench chaos load clean
 
 install: $(STAMP)
 
@@ -50,6 +50,11 @@ bench: install
 # CHAOS_ARGS="--quick" shortens the outages, CHAOS_ARGS="--only kill" runs some). Logs in var/chaos/logs.
 chaos: install
 	$(BIN)/python -m chaos $(CHAOS_ARGS)
+
+# The load scenario (bench/load.py, Locust): 1,000 simulated GPUs collected while 50 people browse and book,
+# for 3 minutes (LOAD_ARGS="--minutes 10 --users 100" for another). Logs and Locust's CSVs in var/load/run.
+load: install
+	$(BIN)/python -m bench.load $(LOAD_ARGS)
 
 messages: install
 	$(BIN)/python manage.py makemessages -l zh_Hans --no-obsolete --ignore=.venv --ignore=var --ignore=tests
