@@ -102,8 +102,8 @@ class Prober:
         url = self.base_url + path
         try:
             answer = client.get(url, headers=headers, timeout=15, allow_redirects=False)
-        except requests.RequestException:
-            return Probe(url=path, status=0)
+        except requests.RequestException as error:  # kept, so that a verdict says timed out or refused
+            return Probe(url=path, status=0, body=type(error).__name__)
         return Probe(url=path, status=answer.status_code, content_type=answer.headers.get("Content-Type", ""),
                      body=answer.text[:200_000])
 

@@ -118,7 +118,8 @@ def probe_problems(probes: Sequence[Probe], *, status: int, html: bool = False) 
     problems = []
     for probe in probes:
         if probe.status != status:
-            problems.append(f"{probe.url} answered {probe.status or 'nothing'}, not {status}")
+            answer = probe.status or ("nothing" + (f" ({probe.body})" if probe.body else ""))
+            problems.append(f"{probe.url} answered {answer}, not {status}")
         elif html and ("text/html" not in probe.content_type or "<html" not in probe.body.lower()):
             problems.append(f"{probe.url} answered {status} without an HTML page")
         if probe.leaks:

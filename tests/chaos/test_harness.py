@@ -81,6 +81,7 @@ def test_a_readable_503_page_passes_and_a_traceback_fails():
 def test_a_page_that_stopped_answering_or_answered_otherwise_fails():
     assert probe_problems([Probe("/", 0), Probe("/jobs/", 500, "text/html", "<html></html>")], status=200) == [
         "/ answered nothing, not 200", "/jobs/ answered 500, not 200"]
+    assert probe_problems([Probe("/", 0, body="ReadTimeout")], status=200) == ["/ answered nothing (ReadTimeout), not 200"]
     assert probe_problems([], status=200) == ["no page was probed"]
 
 
