@@ -9,6 +9,7 @@ Long because the table is the point: one row a route, read side by side with DES
 
 from __future__ import annotations
 
+import io
 import json
 import re
 from dataclasses import dataclass, field
@@ -25,6 +26,7 @@ from django.contrib.messages import get_messages
 from django.db import connection, transaction
 from django.test import Client
 from django.urls import URLPattern, URLResolver, get_resolver, reverse
+from openpyxl import load_workbook
 from rest_framework.test import APIClient
 
 from accounting.models import MoneyChange
@@ -535,13 +537,12 @@ def test_write(world, entry, method, role):
     write = route.writes[method]
     api = entry.pattern.startswith("api/")
     value = write.expect[ROLES.index(role)]
-    answers = {}
+    answers, before = {}, fingerprint()
     for label, obj, index in targets(world, route, role):
         client = client_for(world, role, api=api)
         url = reverse(entry.name, kwargs=object_kwargs(entry, obj))
         want = expected(value, index or 0, label)
         sid = transaction.savepoint()
-        before = fingerprint()
         response = send(client, method, url, write.body if api else page_body(world, write.body), api=api)
         what = f"{method} {url} as {role} ({label})"
         check_status(response, want, what=what)
@@ -620,3 +621,35 @@ def test_writes_through_a_format_suffix_reach_their_handler(world):
     assert client.post("/api/v1/tokens.json", {"name": "cli"}, format="json").status_code == 201
     response = client.post("/api/v1/nodes/n1/rotate-token.json")
     assert response.status_code == 200 and response.json()["token"]
+
+
+# ---- what the exports hold ----------------------------------------------------------------------------------
+
+OCT_NOV = USAGE_WINDOW.replace("2026-11-01", "2026-10-01")
+TEAM_EXPORTS = [  # (API path and query, roles that may read it, whether team A has rows there)
+    (f"/api/v1/reports/usage/{OCT_NOV}", ("engineer", "lead"), True),
+    (f"/api/v1/reports/usage/{OCT_NOV}&by=project&format=csv", ("engineer", "lead"), True),
+    (f"/api/v1/reports/usage/{OCT_NOV}&format=xlsx", ("engineer", "lead"), True),
+    ("/api/v1/statements/priced-usage/?period=2026-10&format=csv", ("lead",), False),  # October: B's only
+    ("/api/v1/statements/priced-usage/?period=2026-10", ("lead",), False),
+]
+
+
+def export_text(response) -> str:
+    if response["Content-Type"].startswith("application/vnd.openxmlformats"):
+        sheet = load_workbook(io.BytesIO(response.content)).active
+        return "\n".join(" ".join(str(cell) for cell in row) for row in sheet.iter_rows(values_only=True)).lower()
+    return response.content.decode().lower()
+
+
+@pytest.mark.parametrize(("path", "roles", "own_rows"), TEAM_EXPORTS)
+def test_team_exports_hold_no_row_of_another_team(world, path, roles, own_rows):
+    """Team B used October, team A November: what team A's people export names no B (finance's has B)."""
+    finance = client_for(world, "finance", api=True).get(path)
+    assert finance.status_code == 200 and "beta" in export_text(finance)  # B's rows are there to leak
+    for role in roles:
+        response = client_for(world, role, api=True).get(path)
+        assert response.status_code == 200, (path, role)
+        text = export_text(response)
+        assert "beta" not in text and "cc-b2" not in text, (path, role)
+        assert ("alpha" in text) == own_rows, (path, role)
