@@ -201,8 +201,9 @@ REST_FRAMEWORK = {
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     "DEFAULT_PAGINATION_CLASS": "core.api.CappedLimitOffsetPagination",
-    "DEFAULT_PARSER_CLASSES": ["core.api.StrictJSONParser", "rest_framework.parsers.FormParser",
-                               "rest_framework.parsers.MultiPartParser"],
+    # JSON only (issue 17): form bodies bypassed the JSON parser's NUL and depth rules, and read an empty
+    # field as "no value" where the schema documents a date, a time or a number.
+    "DEFAULT_PARSER_CLASSES": ["core.api.StrictJSONParser"],
     "PAGE_SIZE": 100,
     "DEFAULT_FILTER_BACKENDS": [],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
