@@ -1,7 +1,9 @@
 """API plumbing shared by every app and knowing no domain: the error shape (handler and schema), the
-aware date-time field of every time in the API, and query-form errors in DRF's shape."""
+aware date-time field of every time in the API, text fields that take only text, decimals as the schema
+writes them, and query-form errors in DRF's shape."""
 
 from collections import Counter
+from collections.abc import Mapping
 from datetime import datetime
 
 from django.db import models
@@ -9,12 +11,14 @@ from django.db.models import ProtectedError, RestrictedError
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 from django.utils.translation import gettext_lazy as _
+from drf_spectacular.extensions import OpenApiSerializerFieldExtension
 from rest_framework import serializers, status
 from rest_framework.exceptions import ParseError
 from rest_framework.pagination import LimitOffsetPagination
 from rest_framework.parsers import JSONParser
 from rest_framework.renderers import JSONRenderer
 from rest_framework.response import Response
+from rest_framework.settings import api_settings
 
 from core.html import json_bytes
 from core.timewindow import OutsideWindow, check_in_window, in_window, rfc3339_utc, window_message
@@ -92,6 +96,52 @@ class WindowedModelSerializer(serializers.ModelSerializer):
     serializer_field_mapping = {**serializers.ModelSerializer.serializer_field_mapping,
                                 models.DateTimeField: AwareDateTimeField}
 
+class JsonText:
+    """A serializer mixin: its text fields, and its decimals (strings in the schema), take JSON strings only.
+    DRF's ``CharField`` (and its slug, e-mail, URL and regex kin) reads the number 5 as "5", and its
+    ``DecimalField`` the float 0.1 as 0.1000000000000000055…, neither of which the schema's ``type: string``
+    allows; a client that sends a number there has a bug it should hear about (issue 17, found by Schemathesis)."""
+
+    def to_internal_value(self, data):
+        if isinstance(data, Mapping):
+            wrong = {field.field_name: [serializers.CharField.default_error_messages["invalid"]]
+                     for field in self._writable_fields
+                     if isinstance(field, serializers.CharField | serializers.DecimalField)
+                     and data.get(field.field_name) is not None and not isinstance(data[field.field_name], str)}
+            if wrong:
+                raise serializers.ValidationError(wrong)
+        return super().to_internal_value(data)
+
+
+class ZeroOrMoreDecimalField(serializers.DecimalField):
+    """A decimal that must be zero or more, said so in the schema (no sign in its pattern), where the rule
+    itself is checked by a service that names it with the write's other problems (so no ``min_value``)."""
+
+
+class DecimalText(OpenApiSerializerFieldExtension):
+    """A decimal sent and shown as a string, in the schema as DRF reads it. drf-spectacular's pattern
+    (``^-?\\d{0,6}(?:\\.\\d{0,4})?$``) also admits "", "-" and ".", which DRF refuses, and a minus sign where
+    ``min_value`` forbids one; this one needs a digit and has a sign only where a negative value may be."""
+
+    target_class = serializers.DecimalField
+    match_subclasses = True
+
+    def map_serializer_field(self, auto_schema, direction):
+        field = self.target
+        if not getattr(field, "coerce_to_string", api_settings.COERCE_DECIMAL_TO_STRING):
+            return auto_schema._map_serializer_field(field, direction, bypass_extensions=True)
+        whole = r"\d+" if field.max_whole_digits is None else (
+            "0" if field.max_whole_digits == 0 else rf"\d{{1,{field.max_whole_digits}}}")
+        zero_or_more = isinstance(field, ZeroOrMoreDecimalField) or (field.min_value is not None and field.min_value >= 0)
+        sign = "" if zero_or_more else "-?"
+        if field.decimal_places:
+            places = field.decimal_places
+            number = rf"(?:{whole}(?:\.\d{{0,{places}}})?|\.\d{{1,{places}}})"
+        else:
+            number = whole
+        return {"type": "string", "format": "decimal", "pattern": f"^{sign}{number}$"}
+
+
 class ApiErrorSerializer(serializers.Serializer):
     """The error body: ``detail`` names each field and its rule; a 400 also lists messages under each field."""
 
@@ -120,13 +170,13 @@ class CappedLimitOffsetPagination(LimitOffsetPagination):
 
     def get_limit(self, request):
         raw = request.query_params.get(self.limit_query_param)
-        if raw is None:
+        if not raw:  # absent or empty, as every optional parameter of the API
             return self.default_limit
         return self._whole(raw, self.limit_query_param, 1, MAX_PAGE_SIZE)
 
     def get_offset(self, request):
         raw = request.query_params.get(self.offset_query_param)
-        return 0 if raw is None else self._whole(raw, self.offset_query_param, 0, MAX_OFFSET)
+        return self._whole(raw, self.offset_query_param, 0, MAX_OFFSET) if raw else 0
 
     @staticmethod
     def _whole(raw: str, name: str, low: int, high: int) -> int:
@@ -196,15 +246,28 @@ def protected_response(exc: ProtectedError | RestrictedError) -> Response:
 
 def document_errors(result, generator, request, public):
     """drf-spectacular post-processing: every operation documents its 400 (a bad parameter, page size or
-    body) and, with a path parameter, its 404, as the API's error body, where it does not already; a DELETE
-    its 409 (still referred to) and a write its 413 (body too large)."""
+    body), 401 (no or a bad token), 403 (not for the caller's role) and 429 (too many failed tokens) and,
+    with a path parameter, its 404, as the API's error body, where it does not already; a DELETE its 409
+    (still referred to) and a write its 413 (body too large). Optional query parameters allow an empty value.
+    """
     error = {"description": "", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/ApiError"}}}}
     if "ApiError" not in result.get("components", {}).get("schemas", {}):
         return result
     for path, item in result.get("paths", {}).items():
         for method, operation in item.items():
+            for parameter in operation.get("parameters", []):
+                if parameter.get("in") == "query" and not parameter.get("required"):
+                    # An optional parameter sent empty (``?date=``, as an HTML form sends an unfilled field)
+                    # is read as absent: DRF's serializers, Django's forms and the page size alike.
+                    parameter["allowEmptyValue"] = True
             responses = operation.setdefault("responses", {})
-            wanted = {"400": "Bad input: the detail names each field or parameter and its rule."}
+            wanted = {
+                "400": "Bad input: the detail names each field or parameter and its rule (a name that must be a row's, "
+                       "one time after another, dates and times within 2000–2100).",
+                "401": "No credentials, or a token that is unknown, expired or revoked.",
+                "403": "The caller's role may not do this.",
+                "429": "Too many failed tokens from this address: wait for Retry-After seconds.",
+            }
             if "{" in path:
                 wanted["404"] = "Not found (or not visible to the caller: the same answer)."
             if method == "delete":

@@ -2,18 +2,19 @@ from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 from rest_framework import serializers
 
+from core.api import JsonText
 from teams.models import ApiToken, Membership, Project, Team
 from teams.roles import is_admin
 from teams.selectors import project_name_taken
 
 
-class TeamSerializer(serializers.ModelSerializer):
+class TeamSerializer(JsonText, serializers.ModelSerializer):
     class Meta:
         model = Team
         fields = ["id", "name", "slug", "cost_centre"]
 
 
-class ProjectSerializer(serializers.ModelSerializer):
+class ProjectSerializer(JsonText, serializers.ModelSerializer):
     team = serializers.SlugRelatedField(slug_field="slug", queryset=Team.objects.all())
 
     class Meta:
@@ -47,7 +48,7 @@ class MembershipSerializer(serializers.ModelSerializer):
         fields = ["id", "user", "team", "role"]
 
 
-class ApiTokenSerializer(serializers.ModelSerializer):
+class ApiTokenSerializer(JsonText, serializers.ModelSerializer):
     class Meta:
         model = ApiToken
         fields = ["id", "name", "kind", "display_prefix", "created_at", "expires_at", "last_used_at", "revoked_at"]

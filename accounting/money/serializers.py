@@ -14,6 +14,7 @@ from accounting.models import ChargePolicy, EnergyTariff, MoneyChange, Quota, Ra
 from accounting.money.models import PRICE_DIGITS, PRICE_PLACES
 from accounting.quotas.rules import card_hours_from_ticks
 from cluster.models import GpuModel
+from core.api import JsonText, ZeroOrMoreDecimalField
 from teams.models import Team
 
 FACTOR_DIGITS, FACTOR_PLACES = 6, 4  # as ChargePolicy keeps them
@@ -26,11 +27,11 @@ def _currency_field():
 
 
 def _price_field(help_text):
-    # No validators here: the service's "must be zero or more" names the rule.
-    return serializers.DecimalField(max_digits=PRICE_DIGITS, decimal_places=PRICE_PLACES, help_text=help_text)
+    # No validators here: the service's "must be zero or more" names the rule (the schema states it).
+    return ZeroOrMoreDecimalField(max_digits=PRICE_DIGITS, decimal_places=PRICE_PLACES, help_text=help_text)
 
 
-class RateCardSerializer(serializers.ModelSerializer):
+class RateCardSerializer(JsonText, serializers.ModelSerializer):
     gpu_model = serializers.SlugRelatedField(slug_field="short_name", queryset=GpuModel.objects.all(),
                                              help_text=_("The GPU model's short name, e.g. H200."))
     price_per_card_hour = _price_field(_("Price of one card-hour, zero or more, in the configured currency."))
@@ -44,7 +45,7 @@ class RateCardSerializer(serializers.ModelSerializer):
             "First business day the price no longer applies (exclusive); null: until further notice.")}}
 
 
-class EnergyTariffSerializer(serializers.ModelSerializer):
+class EnergyTariffSerializer(JsonText, serializers.ModelSerializer):
     price_per_kwh = _price_field(_("Price of one kWh, zero or more, in the configured currency."))
     currency = _currency_field()
 
@@ -55,11 +56,11 @@ class EnergyTariffSerializer(serializers.ModelSerializer):
             "First business day the price no longer applies (exclusive); null: until further notice.")}}
 
 
-class ChargePolicySerializer(serializers.ModelSerializer):
-    idle_charge_factor = serializers.DecimalField(
+class ChargePolicySerializer(JsonText, serializers.ModelSerializer):
+    idle_charge_factor = ZeroOrMoreDecimalField(
         max_digits=FACTOR_DIGITS, decimal_places=FACTOR_PLACES,
         help_text=_("Idle card-hours cost the rate times this; zero or more."))
-    overflow_multiplier = serializers.DecimalField(
+    overflow_multiplier = ZeroOrMoreDecimalField(
         max_digits=FACTOR_DIGITS, decimal_places=FACTOR_PLACES,
         help_text=_("Card-hours beyond a quota cost the rate times this; zero or more."))
     unallocated = serializers.ChoiceField(
@@ -90,14 +91,14 @@ class MoneyChangeSerializer(serializers.ModelSerializer):
         read_only_fields = fields
 
 
-class QuotaSerializer(serializers.ModelSerializer):
+class QuotaSerializer(JsonText, serializers.ModelSerializer):
     """A quota; when read, with where it stands (``context["statuses"]``: quota id → QuotaStatus)."""
 
     team = serializers.SlugRelatedField(slug_field="slug", queryset=Team.objects.all())
     gpu_model = serializers.SlugRelatedField(
         slug_field="short_name", queryset=GpuModel.objects.all(), allow_null=True, required=False,
         help_text=_("The GPU model's short name; null: every model (the team-wide quota)."))
-    card_hours = serializers.DecimalField(max_digits=CARD_HOUR_DIGITS, decimal_places=CARD_HOUR_PLACES,
+    card_hours = ZeroOrMoreDecimalField(max_digits=CARD_HOUR_DIGITS, decimal_places=CARD_HOUR_PLACES,
                                           help_text=_("Card-hours the team may use in the period; zero or more."))
     used_card_hours = serializers.SerializerMethodField(help_text=_(
         "Allocated card-hours from period_start to today (or the expiry), today's partial usage included."))

@@ -42,7 +42,7 @@ from accounting.money.statements import (
     statements_visible_to,
     total_of,
 )
-from core.api import ApiErrorSerializer
+from core.api import ApiErrorSerializer, JsonText
 from teams.roles import sees_all_teams
 
 FORMATS = ("json", "csv", "xlsx")
@@ -85,8 +85,16 @@ class StatementSerializer(serializers.ModelSerializer):
         return format(self.context["totals"][statement.pk], "f")
 
 
+# A month of the supported time window (2000–2100), as the schema states it (``\Z``, which the schema writes
+# ``$``: Python's ``$`` would also match before a final newline); parse_period still checks it.
+PERIOD_PATTERN = r"^20[0-9]{2}-(?:0[1-9]|1[0-2])\Z"
+
+
 def _period_field():
-    return serializers.CharField(help_text=gettext_lazy("A month written YYYY-MM, e.g. 2026-11."))
+    return serializers.RegexField(
+        PERIOD_PATTERN, trim_whitespace=False, help_text=gettext_lazy("A month written YYYY-MM, e.g. 2026-11."),
+        error_messages={"invalid": gettext_lazy(
+            "A period is a month from 2000-01 to 2099-12 written YYYY-MM, e.g. 2026-11.")})
 
 
 def _validated_period(text: str):
@@ -108,7 +116,7 @@ class PricedUsageQuerySerializer(FormatQuerySerializer):
         return _validated_period(value)
 
 
-class CloseSerializer(serializers.Serializer):
+class CloseSerializer(JsonText, serializers.Serializer):
     period = _period_field()
 
     def validate_period(self, value):

@@ -22,7 +22,7 @@ from cluster.bookings.slots import window_problems
 from cluster.choices import GpuStatus
 from cluster.inventory.serializers import InventoryNameFields, find_gpu_model
 from cluster.models import Booking, BookingStatus, Gpu, GpuHold
-from core.api import AwareDateTimeField, WindowedModelSerializer
+from core.api import AwareDateTimeField, JsonText, WindowedModelSerializer
 from teams.models import Project, Team
 
 MAX_NAMED_GPUS = 256
@@ -146,7 +146,7 @@ class GpuListField(serializers.Field):
         return [gpu_ref(gpu) for gpu in value]
 
 
-class BookingCreateSerializer(InventoryNameFields, serializers.Serializer):
+class BookingCreateSerializer(JsonText, InventoryNameFields, serializers.Serializer):
     """A booking request: the team, the time range, and one of a GPU model with a count, named GPUs, or a node.
 
     ``validated_data`` holds the keywords of ``cluster.bookings.services.booking_create`` (less ``user``)."""
@@ -199,7 +199,7 @@ class BookingCreateSerializer(InventoryNameFields, serializers.Serializer):
         return attrs
 
 
-class BookingEndSerializer(serializers.Serializer):
+class BookingEndSerializer(JsonText, serializers.Serializer):
     """What a PATCH may change: the end (extend when the GPUs are free, or shorten)."""
 
     end = AwareDateTimeField(help_text=_("The new end: ISO-8601 with a UTC offset, on the 30-minute grid."))

@@ -1,17 +1,19 @@
 from django.utils.translation import gettext_lazy as _
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from cluster.models import Gpu, GpuModel, Node
+from core.api import JsonText
 from core.units import WHOLE_GPU_SHARE
 
 
-class GpuModelSerializer(serializers.ModelSerializer):
+class GpuModelSerializer(JsonText, serializers.ModelSerializer):
     class Meta:
         model = GpuModel
         fields = ["id", "name", "short_name", "memory_mib"]
 
 
-class GpuSerializer(serializers.ModelSerializer):
+class GpuSerializer(JsonText, serializers.ModelSerializer):
     node = serializers.SlugRelatedField(slug_field="hostname", queryset=Node.objects.all())
     model = serializers.SlugRelatedField(slug_field="short_name", queryset=GpuModel.objects.all())
     mig_parent = serializers.SlugRelatedField(
@@ -61,8 +63,15 @@ class NodeGpuSerializer(serializers.ModelSerializer):
         fields = ["id", "index", "uuid", "model", "memory_mib", "status"]
 
 
-class NodeSerializer(serializers.ModelSerializer):
+@extend_schema_field({"type": "object", "additionalProperties": {
+    "oneOf": [{"type": "string"}, {"type": "number"}, {"type": "boolean"}]}})
+class LabelsField(serializers.JSONField):
+    """A node's labels: an object of names to scalar values (not any JSON, as drf-spectacular says of a JSONField)."""
+
+
+class NodeSerializer(JsonText, serializers.ModelSerializer):
     gpus = NodeGpuSerializer(source="whole_gpus", many=True, read_only=True)
+    labels = LabelsField(required=False, help_text=_("Free-form key/value labels."))
     agent_token = serializers.CharField(
         write_only=True, required=False, allow_blank=True, min_length=16, max_length=512,
         style={"input_type": "password"},

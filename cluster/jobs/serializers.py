@@ -39,7 +39,7 @@ from cluster.models import (
     JobState,
     TeamIdentity,
 )
-from core.api import AwareDateTimeField, WindowedModelSerializer
+from core.api import AwareDateTimeField, JsonText, WindowedModelSerializer
 from core.timewindow import window_message
 from core.units import TICKS_PER_GPU_SECOND
 from teams.models import Project, Team
@@ -181,7 +181,16 @@ def gpu_total(gpus: list[Gpu]) -> Decimal:
     return (Decimal(total.numerator) / Decimal(total.denominator)).quantize(Decimal("0.001"))
 
 
-class JobWriteSerializer(InventoryNameFields, serializers.Serializer):
+class WritableSourceField(serializers.ChoiceField):
+    """The sources a client may write: all but ``observed`` (the system's), so the schema's enum says so."""
+
+    def to_internal_value(self, data):
+        if data == JobSource.OBSERVED:
+            raise serializers.ValidationError(_("Observed jobs are written by the system, not through the API."))
+        return super().to_internal_value(data)
+
+
+class JobWriteSerializer(JsonText, InventoryNameFields, serializers.Serializer):
     """A job run as a scheduler hook posts it (``POST``) or a person corrects it (``PATCH``).
 
     ``validated_data["job"]`` is the ``JobInput`` for ``job_upsert``: the stored run's facts with the
@@ -190,8 +199,8 @@ class JobWriteSerializer(InventoryNameFields, serializers.Serializer):
 
     KEY_FIELDS = (("source", "source"), ("job_id", "external_id"), ("start_time", "start_time"))
 
-    source = serializers.ChoiceField(
-        choices=JobSource.choices, default=JobSource.API,
+    source = WritableSourceField(
+        choices=[choice for choice in JobSource.choices if choice[0] != JobSource.OBSERVED], default=JobSource.API,
         help_text=_("Where the job comes from (default api). Observed jobs are the system's: not writable."),
     )
     job_id = serializers.CharField(source="external_id", max_length=200, help_text=_("The scheduler's job id."))
@@ -245,11 +254,6 @@ class JobWriteSerializer(InventoryNameFields, serializers.Serializer):
         request = self.context.get("request")  # none while the schema is generated
         self.writable_teams = teams_writable_by(request) if request is not None else Team.objects.none()
         self.fields["team"].queryset = self.writable_teams  # another team's slug reads as unknown
-
-    def validate_source(self, source):
-        if source == JobSource.OBSERVED:
-            raise serializers.ValidationError(_("Observed jobs are written by the system, not through the API."))
-        return source
 
     def validate(self, attrs):
         errors: dict[str, list[str]] = {}

@@ -3,12 +3,13 @@ range, deletes of rows others refer to, NUL characters, deep JSON, duplicate nam
 unknown paths."""
 
 import json
+import re
 
 import pytest
 from django.urls import reverse
 
 from cluster.models import Gpu
-from teams.models import Project
+from teams.models import Project, Team
 
 LISTS = ["gpumodel", "node", "gpu", "job", "booking", "team", "project", "membership", "apitoken", "ratecard",
          "energytariff", "quota", "moneychange"]
@@ -122,3 +123,79 @@ def test_the_schema_documents_each_operations_400_and_404_in_the_error_shape(api
         codes = {"400", *(["404"] if "{" in path else []), *(["409"] if method == "delete" else [])}
         for code in codes:
             assert operation["responses"][code]["content"]["application/json"]["schema"] == error, (path, method, code)
+
+
+# ---- found by the contract test (tests/config/test_api_contract.py) ----------------------------------------
+
+def _schema(api) -> dict:
+    response = api.get("/api/v1/schema/", {"format": "json"})
+    assert response.status_code == 200
+    return json.loads(response.content)
+
+
+@pytest.mark.django_db
+def test_the_schema_documents_401_403_and_429_and_lets_optional_query_parameters_be_empty(api, admin_user):
+    schema = _schema(api.as_user(admin_user))
+    error = {"$ref": "#/components/schemas/ApiError"}
+    for path, item in schema["paths"].items():
+        for method, operation in item.items():
+            for code in ("401", "403", "429"):
+                assert operation["responses"][code]["content"]["application/json"]["schema"] == error, (path, code)
+            for parameter in operation.get("parameters", []):
+                if parameter["in"] == "query" and not parameter.get("required"):
+                    assert parameter["allowEmptyValue"] is True, (path, method, parameter["name"])
+                else:
+                    assert "allowEmptyValue" not in parameter, (path, method, parameter["name"])
+    limit = next(p for p in schema["paths"]["/api/v1/teams/"]["get"]["parameters"] if p["name"] == "limit")
+    assert limit["allowEmptyValue"] is True
+
+
+@pytest.mark.django_db
+def test_an_empty_page_size_or_offset_reads_as_absent(api, admin_user, team_a, team_b):
+    response = api.as_user(admin_user).get(reverse("team-list"), {"limit": "", "offset": ""})
+    assert response.status_code == 200, response.content
+    assert response.json()["count"] == 2 and len(response.json()["results"]) == 2
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("content_type", ["multipart", "application/x-www-form-urlencoded"])
+def test_the_api_takes_json_bodies_only(api, admin_user, content_type):
+    client = api.as_user(admin_user)
+    if content_type == "multipart":
+        response = client.post(reverse("team-list"), {"name": "Gamma", "slug": "gamma"}, format="multipart")
+    else:
+        response = client.post(reverse("team-list"), "name=Gamma&slug=gamma", content_type=content_type)
+    assert response.status_code == 415, response.content
+    assert "Unsupported media type" in _detail(response)
+    assert not Team.objects.filter(slug="gamma").exists()
+    operation = _schema(client)["paths"]["/api/v1/teams/"]["post"]
+    assert list(operation["requestBody"]["content"]) == ["application/json"]
+
+
+@pytest.mark.django_db
+def test_a_number_sent_for_a_text_field_or_a_decimal_is_a_400_naming_it(api, admin_user, small_cluster):
+    client = api.as_user(admin_user)
+    response = client.post(reverse("team-list"), {"name": "Gamma", "slug": "gamma", "cost_centre": 5})
+    assert response.status_code == 400
+    assert response.json() == {"detail": "cost_centre: Not a valid string.", "cost_centre": ["Not a valid string."]}
+    assert not Team.objects.filter(slug="gamma").exists()
+    response = client.post(reverse("ratecard-list"), {"gpu_model": "H200", "valid_from": "2026-11-01",
+                                                      "price_per_card_hour": 0.1})
+    assert response.status_code == 400
+    assert response.json()["price_per_card_hour"] == ["Not a valid string."]
+    response = client.post(reverse("ratecard-list"), {"gpu_model": "H200", "valid_from": "2026-11-01",
+                                                      "price_per_card_hour": "0.1"})
+    assert response.status_code == 201, response.content
+
+
+@pytest.mark.django_db
+def test_a_decimal_pattern_needs_a_digit_and_has_a_sign_only_where_negatives_may_be(api, admin_user):
+    components = _schema(api.as_user(admin_user))["components"]["schemas"]
+    price = components["RateCardRequest"]["properties"]["price_per_card_hour"]
+    assert price["type"] == "string" and price["format"] == "decimal"
+    pattern = re.compile(price["pattern"])
+    for good in ("18", "18.5", "18.", ".5", "0", "1234567890.1234"):
+        assert pattern.fullmatch(good), good
+    for bad in ("", "-", ".", "-1", "1.23456", "1e5", " 1"):
+        assert not pattern.fullmatch(bad), bad
+    assert price["pattern"] == r"^(?:\d{1,10}(?:\.\d{0,4})?|\.\d{1,4})$"

@@ -167,6 +167,22 @@ def test_priced_usage_needs_a_month(api, finance_user, params):
     assert response.status_code == 400 and response.json()["detail"].startswith("period: ")
 
 
+@pytest.mark.parametrize("period", ["2026-1", "1999-12", "2100-01", "２０２６-11", "2026-11\n"])
+def test_a_period_is_a_month_of_the_window_as_the_schema_states_it(api, finance_user, period):
+    client = api.as_user(finance_user)
+    message = "A period is a month from 2000-01 to 2099-12 written YYYY-MM, e.g. 2026-11."
+    response = client.get(f"{URL}priced-usage/", {"period": period})
+    assert response.status_code == 400 and response.json() == {"detail": f"period: {message}", "period": [message]}
+    response = client.post(f"{URL}close/", {"period": period})
+    assert response.status_code == 400 and response.json()["period"] == [message]
+    assert not Statement.objects.exists()
+    schema = client.get("/api/v1/schema/", HTTP_ACCEPT="application/vnd.oai.openapi+json").json()
+    parameter = next(p for p in schema["paths"][f"{URL}priced-usage/"]["get"]["parameters"] if p["name"] == "period")
+    assert parameter["schema"]["pattern"] == "^20[0-9]{2}-(?:0[1-9]|1[0-2])$"
+    assert schema["components"]["schemas"]["CloseRequest"]["properties"]["period"]["pattern"] == (
+        parameter["schema"]["pattern"])
+
+
 # ---- close and reopen ------------------------------------------------------------------------------------------
 
 def test_close_reopen_and_close_again(api, month, finance_user):

@@ -69,6 +69,20 @@ def test_node_validation_names_the_field_and_rule(api, admin_user, small_cluster
     assert not Node.objects.filter(hostname="ok-host").exists()
 
 
+def test_labels_are_an_object_of_scalars_in_the_schema_and_null_is_refused(api, admin_user, small_cluster):
+    client = api.as_user(admin_user)
+    response = client.post("/api/v1/nodes/", {"hostname": "ok-host", "pool": "train", "labels": None})
+    assert response.status_code == 400
+    assert response.json() == {"detail": "labels: This field may not be null.", "labels": ["This field may not be null."]}
+    response = client.post("/api/v1/nodes/", {"hostname": "ok-host", "pool": "train", "labels": {"rack": "r1", "u": 4}})
+    assert response.status_code == 201, response.json()
+    assert Node.objects.get(hostname="ok-host").labels == {"rack": "r1", "u": 4}
+    schema = client.get("/api/v1/schema/", HTTP_ACCEPT="application/vnd.oai.openapi+json").json()
+    labels = schema["components"]["schemas"]["NodeRequest"]["properties"]["labels"]
+    assert labels["type"] == "object" and "nullable" not in labels
+    assert labels["additionalProperties"] == {"oneOf": [{"type": "string"}, {"type": "number"}, {"type": "boolean"}]}
+
+
 def test_gpu_validation_refuses_a_fraction_without_mig(api, admin_user, small_cluster):
     response = api.as_user(admin_user).post(
         "/api/v1/gpus/",

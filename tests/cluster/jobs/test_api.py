@@ -501,6 +501,20 @@ def test_the_openapi_schema_documents_the_jobs_api(api, engineer_a):
     assert "gpu_indices" not in schema["components"]["schemas"]["Job"]["properties"]
 
 
+def test_the_schema_offers_every_source_but_observed_for_writing(api, engineer_a):
+    schema = api.as_user(engineer_a).get("/api/v1/schema/", HTTP_ACCEPT="application/vnd.oai.openapi+json").json()
+    components = schema["components"]["schemas"]
+
+    def enum(prop: dict) -> list:
+        ref = prop.get("$ref") or next(part["$ref"] for part in prop.get("allOf", []) if "$ref" in part)
+        return components[ref.rsplit("/", 1)[1]]["enum"]
+
+    written = enum(components["JobWriteRequest"]["properties"]["source"])
+    assert "observed" not in written and {"api", "slurm"} <= set(written)
+    listed = next(p for p in schema["paths"]["/api/v1/jobs/"]["get"]["parameters"] if p["name"] == "source")
+    assert "observed" in listed["schema"]["enum"]  # observed jobs are listed, only not written
+
+
 @pytest.mark.parametrize(
     ("fraction", "text"),
     [(Fraction(1), "1"), (Fraction(1, 2), "0.5"), (Fraction(9, 4), "2.25"), (Fraction(1, 7), "0.142857"),
