@@ -5,7 +5,7 @@ from __future__ import annotations
 from celery import shared_task
 
 from accounting.notify.webhooks import deliver_webhook  # noqa: F401 (registered under its name: accounting.tasks.deliver_webhook)
-from core.locks import advisory_lock
+from core.locks import advisory_lock, wait_turn
 
 
 @shared_task(name="accounting.tasks.usage_aggregate", ignore_result=True)
@@ -26,17 +26,20 @@ def close_period(period: str | None = None) -> dict:
     a closed period is left as it is."""
     import logging
 
+    from django.db import transaction
     from django.utils import timezone
 
     from accounting.money.close import CloseRefused, parse_period
     from accounting.money.close import close_period as close
     from core.timeutils import business_today, previous_month
 
-    now = timezone.now()
-    first = parse_period(period) if period else previous_month(business_today(now=now))
-    with advisory_lock("accounting.close_period") as locked:
-        if not locked:
-            return {}
+    first = parse_period(period) if period else previous_month(business_today(now=timezone.now()))
+    # A close waits for the one before it rather than skipping: after a worker killed mid-close, its redo
+    # may start while PostgreSQL still holds the dead session's lock (make chaos saw the redo skip, leaving
+    # the month open until the next run, 6 h later). The one after a finished close finds it closed.
+    with transaction.atomic():
+        wait_turn("accounting.close_period")
+        now = timezone.now()
         try:
             statement = close(period=first, now=now)
         except CloseRefused as refused:

@@ -186,6 +186,38 @@ def test_the_task_closes_a_period_once_and_reports_a_refusal(month):
     assert Statement.objects.get(period=NOVEMBER).pk == closed["statement"]
 
 
+def test_the_task_waits_for_a_close_that_holds_the_lock_and_then_closes(month):
+    """A redo after a worker killed mid-close can start while PostgreSQL still holds the dead session's
+    lock: it must wait for it, not skip (which left the month open until the next run, 6 h later)."""
+    import threading
+
+    from django.db import connection, transaction
+
+    from accounting.tasks import close_period as task
+    from core.locks import wait_turn
+
+    held, release = threading.Event(), threading.Event()
+
+    def other_session():
+        try:
+            with transaction.atomic():
+                wait_turn("accounting.close_period")
+                held.set()
+                release.wait(timeout=30)
+        finally:
+            connection.close()
+
+    holder = threading.Thread(target=other_session)
+    holder.start()
+    assert held.wait(timeout=30)
+    threading.Timer(1.0, release.set).start()
+    with time_machine.travel(AFTER, tick=False):
+        closed = task.apply(args=["2026-11"]).get()
+    holder.join(timeout=30)
+    assert release.is_set()  # it ran once the other session let go
+    assert closed["period"] == "2026-11-01" and Statement.objects.get(period=NOVEMBER).pk == closed["statement"]
+
+
 def test_energy_is_billed_to_the_minutes_holders_at_the_tariff(month):
     from accounting.models import EnergyTariff
     from cluster.models import MinuteRollup
