@@ -69,6 +69,16 @@ def collected_up_to(produced: dict[str, int]) -> bool:
     return all(cursors.get(host, 0) >= seq for host, seq in produced.items())
 
 
+def page_session(browser) -> requests.Session:
+    """A signed-in session whose every request opens its own connection. Reusing one races gunicorn's
+    2 s keep-alive: a request sent every 2 s can meet the server closing the idle connection and fail
+    with a ConnectionError that says nothing of the server (a browser retries such a request itself)."""
+    session = requests.Session()
+    session.cookies.set("sessionid", browser.session_cookie)
+    session.headers["Connection"] = "close"
+    return session
+
+
 class Prober:
     """Requests the pages and the API every ``every_s`` in a thread, keeping each answer as a Probe."""
 
@@ -88,8 +98,7 @@ class Prober:
         self._thread.join(30)
 
     def _run(self) -> None:
-        session = requests.Session()
-        session.cookies.set("sessionid", self.browser.session_cookie)
+        session = page_session(self.browser)
         api_headers = {"Authorization": f"Bearer {self.browser.api_token}"}
         while not self._stop.is_set():
             for path in PAGES:
@@ -111,8 +120,7 @@ class Prober:
 def probe_once(base_url: str, browser) -> list[Probe]:
     """One round of the prober's requests (before a fault: the pages must answer 200 to begin with)."""
     prober = Prober(base_url, browser)
-    session = requests.Session()
-    session.cookies.set("sessionid", browser.session_cookie)
+    session = page_session(browser)
     return ([prober._get(session, path, {}) for path in PAGES]
             + [prober._get(requests, path, {"Authorization": f"Bearer {browser.api_token}"}) for path in API])
 
