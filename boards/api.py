@@ -37,9 +37,12 @@ class DailyBoardSerializer(serializers.Serializer):
         "Per hour: busy, idle, unmeasured, other_teams (under a team filter), unallocated, down and capacity "
         "card-hours (they add up to capacity); partial: still filling."))
     heatmap = serializers.DictField(help_text=_(
-        "Matrices with a row per GPU (gpus) and a column per hour (hours): kind (measured, unmeasured, "
+        "Matrices with a row per GPU (level gpu: gpus) and a column per hour (hours): kind (measured, unmeasured, "
         "other_teams, unallocated, down), util_pct (measured cells only), teams, holders (the jobs and "
-        "bookings the caller may see)."))
+        "bookings the caller may see). Past CARDHOUR_BOARD_GPU_ROWS GPUs a row per node (level node: nodes), past "
+        "CARDHOUR_BOARD_NODE_ROWS nodes a row per pool (level pool: pools), with gpus (GPUs per row), kind, "
+        "util_pct, share_pct (each series' share of the row's card-hours) and teams, no holders: ask with node= "
+        "for a node's GPUs."))
     idle_allocations = serializers.ListField(child=serializers.DictField(allow_null=True), help_text=_(
         "Every allocation of the day, most idle first: kind (job, booking, or team: another team's "
         "allocations as one total), id, label, team, project, user, gpus, card_hours_idle, "

@@ -20,6 +20,7 @@ from boards.maths import (
     BANDS,
     CELL_KINDS,
     MEASURED,
+    NODE_ROWS,
     OTHER_TEAMS,
     SERIES,
     band_label,
@@ -56,6 +57,11 @@ class BoardText:
     no_data: str = "No usage computed for this day yet"
     no_holder: str = "not held"
     teams_in_band: str = "By team"
+    gpus: str = "GPUs"
+    node_axis: str = "Node"
+    pool_axis: str = "Pool"
+    open_node: str = "Click: the node's GPUs"
+    open_pool: str = "Click: the pool's nodes"
 
     def label(self, key: str) -> str:
         defaults = {BUSY: "Busy", IDLE: "Idle", UNMEASURED: "Unmeasured", OTHER_TEAMS: "Other teams",
@@ -171,6 +177,41 @@ def heatmap_matrix(df: pd.DataFrame) -> HeatmapMatrix:
                          kinds=kinds, util=cell_util, rows=rows, cols=cols, frame=df)
 
 
+@dataclass(frozen=True)
+class GroupMatrix(HeatmapMatrix):
+    """The heatmap's cells at scale: a row per node or pool (``labels``, ``gpus`` GPUs each), a column per
+    hour; ``shares`` each series' percentage of the row's card-hours in the hour (series × rows × hours, NaN
+    where the group has no row for the hour)."""
+
+    gpus: list[int] = ()
+    shares: np.ndarray | None = None
+
+
+def group_matrix(df: pd.DataFrame) -> GroupMatrix:
+    """The cells of ``df`` (:func:`boards.hours.group_hours`). A cell's kind is :func:`boards.maths.cell_kinds`
+    over its summed ticks, where busy and idle ticks of GPU-hours with no utilization count as unmeasured
+    (as each of those GPU-hours' own cell would show them), so a node's colour means what a GPU's means."""
+    labels = pd.unique(df["group"]).tolist()
+    hours = sorted(pd.unique(df["hour"]))
+    rows = pd.Categorical(df["group"], categories=labels).codes
+    cols = pd.Categorical(df["hour"], categories=hours).codes
+    ticks = np.stack([df[key].to_numpy(dtype=np.int64) for key in SERIES])
+    util_ticks = df["util_ticks"].to_numpy(dtype=np.int64)
+    busy, idle, unmeasured, other, unallocated, down = ticks
+    kinds_of_rows = cell_kinds(util_ticks, 0, unmeasured + busy + idle - util_ticks, other, unallocated, down,
+                               util_ticks > 0)
+    kinds = np.full((len(labels), len(hours)), -1)
+    kinds[rows, cols] = kinds_of_rows
+    util = np.full((len(labels), len(hours)), np.nan)
+    util[rows, cols] = df["util"].to_numpy(dtype=float)
+    shares = np.full((len(SERIES), len(labels), len(hours)), np.nan)
+    total = ticks.sum(axis=0)
+    shares[:, rows, cols] = 100 * ticks / np.where(total > 0, total, 1)
+    gpus = df.drop_duplicates("group")["gpus"].astype(int).tolist()
+    return GroupMatrix(labels=labels, nodes=labels, hours=[pd.Timestamp(h).to_pydatetime() for h in hours], kinds=kinds,
+                       util=util, rows=rows, cols=cols, frame=df, gpus=gpus, shares=shares)
+
+
 def _holding_line(teams, holders, text: BoardText) -> str:
     """A heatmap cell's hover lines after the utilization: the holding teams, then up to three holders."""
     return "<br>" + escape(", ".join(teams) or text.no_holder, quote=False) + (
@@ -240,6 +281,62 @@ def heatmap_figure(df: pd.DataFrame, *, zone: tzinfo = UTC, text: BoardText = Bo
         if nodes[n] != nodes[n - 1]:  # a line between two nodes' rows
             layout["shapes"].append({"type": "line", "xref": "paper", "x0": 0, "x1": 1, "yref": "y", "y0": n - 0.5,
                                      "y1": n - 0.5, "line": {"color": "#ffffff", "width": 2}})
+    return {"data": [trace], "layout": layout}
+
+
+def group_heatmap_figure(df: pd.DataFrame, *, level: str, drill: Mapping[str, str], zone: tzinfo = UTC,
+                         text: BoardText = BoardText()) -> dict:
+    """The heatmap at scale (``level`` "node" or "pool"; ``df``: :func:`boards.hours.group_hours`): one trace,
+    a row per node or pool and a column per hour, coloured as :func:`heatmap_figure` colours a GPU's hour
+    (:func:`group_matrix`); the hover gives the share of the row's card-hours in each state and the teams
+    holding its GPUs, never a job. ``drill`` maps a row's name to the address of its own board (a node's
+    GPUs, a pool's nodes), which ``static/js/charts.js`` opens on a click (the trace's ``meta.drill``)."""
+    axis_title = text.node_axis if level == NODE_ROWS else text.pool_axis
+    if df.empty:
+        layout = base_layout(xaxis={"type": "category"}, yaxis={"title": {"text": axis_title}})
+        return {"data": [], "layout": with_note(layout, text.no_data)}
+    cells = group_matrix(df)
+    z = np.where(cells.kinds == 0, np.round(cells.util, 1), np.nan)
+    for position, kind in enumerate(CELL_KINDS[1:], start=1):
+        z = np.where(cells.kinds == position, CODES[kind], z)
+    labels_of_kind = [text.label(kind) if kind != MEASURED else "" for kind in CELL_KINDS]
+    opens = text.open_node if level == NODE_ROWS else text.open_pool
+    hover = [["" for _h in cells.hours] for _r in cells.labels]
+    teams_of = cells.matrix([", ".join(escape(t, quote=False) for t in teams[:3]) + (" …" if len(teams) > 3 else "")
+                             for teams in df["teams"].tolist()], "")
+    partial = cells.matrix([f" ({text.partial})" if p else "" for p in df["partial"].tolist()], "")
+    shares = cells.shares
+    gpus_of = [f"{escape(text.gpus, quote=False)}: {n}" for n in cells.gpus]
+    for r, c in zip(cells.rows.tolist(), cells.cols.tolist(), strict=True):
+        kind = int(cells.kinds[r, c])
+        head = f"{text.utilization} {cells.util[r, c]:.1f} %" if kind == 0 else labels_of_kind[kind]
+        parts = " · ".join(f"{text.label(key)} {shares[n, r, c]:.1f} %" for n, key in enumerate(SERIES)
+                           if shares[n, r, c] > 0)
+        hover[r][c] = (f"{gpus_of[r]}<br>{head}{partial[r][c]}<br>{parts}<br>{teams_of[r][c] or text.no_holder}"
+                       f"<br><i>{escape(opens, quote=False)}</i>")
+    rows = len(cells.labels)
+    shown = [key for key in (UNMEASURED, OTHER_TEAMS, DOWN, UNALLOCATED)
+             if key != OTHER_TEAMS or (cells.kinds == CELL_KINDS.index(OTHER_TEAMS)).any()]
+    trace = {
+        "type": "heatmap", "x": [f"{h.astimezone(zone):%H:%M}" for h in cells.hours],
+        "y": [escape(label, quote=False) for label in cells.labels],
+        "z": [[None if v != v else v for v in row] for row in z.tolist()], "text": hover,
+        "hovertemplate": "<b>%{y}</b> %{x}<br>%{text}<extra></extra>", "zmin": Z_MIN, "zmax": Z_MAX,
+        "colorscale": _scale(), "xgap": 1, "ygap": 1 if rows <= 120 else 0,
+        "colorbar": {"thickness": 12, "tickvals": [CODES[key] for key in shown] + [0, 25, 50, 75, 100],
+                     "ticktext": [text.label(key) for key in shown] + ["0 %", "25 %", "50 %", "75 %", "100 %"]},
+        "meta": {"role": HEATMAP, "level": level, "drill": [drill.get(label) for label in cells.labels]},
+    }
+    row_px = 22 if rows <= 40 else max(4, 900 // rows)
+    longest = max(len(y) for y in trace["y"])
+    layout = base_layout(
+        showlegend=False, height=max(240, 90 + row_px * rows),
+        xaxis={"type": "category", "showgrid": False},
+        yaxis={"type": "category", "autorange": "reversed", "fixedrange": True, "showgrid": False,
+               "showticklabels": rows <= 120, "title": {"text": axis_title}},
+        plot_bgcolor=NO_DATA_COLOUR,
+        margin={"l": 40 + 7 * longest if rows <= 120 else 40, "r": 16, "t": 16, "b": 40},
+    )
     return {"data": [trace], "layout": layout}
 
 

@@ -10,13 +10,23 @@ from decimal import Decimal
 
 import numpy as np
 import pandas as pd
+from django.conf import settings
 
 from accounting.usage.refined import Refined
-from boards.charts import heatmap_matrix
+from boards.charts import group_matrix, heatmap_matrix
 from boards.figures import Headline, headline
 from boards.health import HealthView, NodeHealth, node_health
-from boards.hours import SERIES, computed_to, day_hours, read_day, timeline, utilization_bands
-from boards.maths import BANDS, CELL_KINDS, band_label, band_shares, total_bands
+from boards.hours import (
+    SERIES,
+    DayRows,
+    computed_to,
+    day_hours,
+    group_hours,
+    read_day,
+    timeline,
+    utilization_bands,
+)
+from boards.maths import BANDS, CELL_KINDS, GPU_ROWS, band_label, band_shares, heatmap_level, total_bands
 from boards.movers import AlwaysFull, IdlePower, LongIdle, always_full, busy_at_idle_power, long_idle
 from boards.ranking import IdleRow, refined_day, top_idle
 from boards.scope import BoardScope
@@ -33,7 +43,8 @@ class DailyBoard:
     scope: BoardScope
     computed_to: datetime
     headline: Headline | None = None
-    hours: pd.DataFrame | None = None
+    hours: pd.DataFrame | None = None  # per GPU-hour (``level`` GPU_ROWS), else per node-hour or pool-hour
+    level: str = GPU_ROWS  # what a heatmap row is (boards.maths.heatmap_level)
     timeline: pd.DataFrame | None = None
     ranking: list[IdleRow] | None = None  # all of them, or the first ``ranking_limit``
     ranking_total: int = 0
@@ -58,7 +69,11 @@ def daily_board(scope: BoardScope, *, user, parts: tuple[str, ...] = PARTS, rank
         board.headline = headline(scope, user=user)
     day = read_day(scope) if {"hours", "bands", "movers"} & set(parts) else None  # one read for all three
     if "hours" in parts:
-        board.hours = day_hours(scope, user=user, done=board.computed_to, day=day)
+        board.level = level_of(day)
+        if board.level == GPU_ROWS:
+            board.hours = day_hours(scope, user=user, done=board.computed_to, day=day)
+        else:  # no per-GPU frame and no holders: the heatmap and the timeline need the groups' sums only
+            board.hours = group_hours(scope, by=board.level, done=board.computed_to, day=day)
         board.timeline = timeline(board.hours, scope)
     if "ranking" in parts:
         board.ranking, board.ranking_total = top_idle(scope, user=user, limit=ranking_limit)
@@ -75,6 +90,13 @@ def daily_board(scope: BoardScope, *, user, parts: tuple[str, ...] = PARTS, rank
     if "health" in parts:
         board.health = node_health(scope)
     return board
+
+
+def level_of(day: DayRows) -> str:
+    """What the heatmap's rows are for the GPUs with usage on ``day`` (settings ``CARDHOUR_BOARD_GPU_ROWS``
+    and ``CARDHOUR_BOARD_NODE_ROWS``)."""
+    return heatmap_level(gpus=len(day.gpus), nodes=len({g[1] for g in day.gpus}), pools=len({g[3] for g in day.gpus}),
+                         max_gpu_rows=settings.CARDHOUR_BOARD_GPU_ROWS, max_node_rows=settings.CARDHOUR_BOARD_NODE_ROWS)
 
 
 # ---- JSON --------------------------------------------------------------------------------------------------
@@ -116,7 +138,7 @@ def board_json(board: DailyBoard) -> dict:
              "partial": bool(row.partial)}
             for row in board.timeline.itertuples(index=False)
         ]
-        out["heatmap"] = _heatmap_json(board.hours)
+        out["heatmap"] = _heatmap_json(board.hours) if board.level == GPU_ROWS else _group_heatmap_json(board)
     if board.ranking is not None:
         out["idle_allocations"] = [_idle_json(row) for row in board.ranking]
     if board.long_idle is not None:
@@ -153,18 +175,41 @@ def board_json(board: DailyBoard) -> dict:
 
 
 def _heatmap_json(hours: pd.DataFrame) -> dict:
-    """The heatmap as matrices (a row per GPU, a column per hour): 24,000 cells at 1,000 GPUs stay one
+    """The heatmap as matrices (``level`` "gpu": a row per GPU, a column per hour): 24,000 cells at 1,000 GPUs stay one
     compact answer. ``kind`` is measured, unmeasured, other_teams, unallocated or down (null: no row)."""
     if hours.empty:
-        return {"gpus": [], "hours": [], "kind": [], "util_pct": [], "teams": [], "holders": []}
+        return {"level": GPU_ROWS, "gpus": [], "hours": [], "kind": [], "util_pct": [], "teams": [], "holders": []}
     cells = heatmap_matrix(hours)
     names = np.array([*CELL_KINDS, None], dtype=object)  # -1 (no row): the last, None
     kind = names[cells.kinds].tolist()
     measured = np.where(cells.kinds == 0, np.round(cells.util, 1), np.nan).tolist()
     return {
-        "gpus": cells.labels, "hours": [_time(h) for h in cells.hours], "kind": kind,
+        "level": GPU_ROWS, "gpus": cells.labels, "hours": [_time(h) for h in cells.hours], "kind": kind,
         "util_pct": [[None if v != v else v for v in row] for row in measured],
         "teams": cells.matrix(list(hours["teams"]), []), "holders": cells.matrix(list(hours["holders"]), []),
+    }
+
+
+def _group_heatmap_json(board: DailyBoard) -> dict:
+    """The heatmap at scale: a row per node (``nodes``) or pool (``pools``) with ``gpus`` GPUs each, a column
+    per hour; ``kind`` and ``util_pct`` as the GPU rows' (over the group's GPU-time), ``share_pct`` each
+    series' share of the group's card-hours in the hour (one place), ``teams`` the teams holding its GPUs.
+    No holders: open a node's board (``node=``) for its GPUs and their jobs."""
+    key = f"{board.level}s"
+    hours = board.hours
+    if hours.empty:
+        return {"level": board.level, key: [], "gpus": [], "hours": [], "kind": [], "util_pct": [], "share_pct": {},
+                "teams": []}
+    cells = group_matrix(hours)
+    names = np.array([*CELL_KINDS, None], dtype=object)
+    measured = np.where(cells.kinds == 0, np.round(cells.util, 1), np.nan).tolist()
+    return {
+        "level": board.level, key: cells.labels, "gpus": cells.gpus, "hours": [_time(h) for h in cells.hours],
+        "kind": names[cells.kinds].tolist(),
+        "util_pct": [[None if v != v else v for v in row] for row in measured],
+        "share_pct": {s: [[None if v != v else v for v in row] for row in np.round(cells.shares[n], 1).tolist()]
+                      for n, s in enumerate(SERIES)},
+        "teams": cells.matrix(list(hours["teams"]), []),
     }
 
 

@@ -1,7 +1,7 @@
 """The daily board's hours (issue 14): every GPU-hour of the day with its ticks per state and its mean
 utilization, from the hourly usage (``HourlyUsage``) and the hour rollups, read once as integer columns
 (:func:`read_day`) and summed by numpy; from it the timeline (the sum per hour), the heatmap (one row per
-GPU) and the utilization bands (the allocated measured ticks of every GPU-hour pooled by its mean
+GPU, or at scale per node or pool: :func:`group_hours`) and the utilization bands (the allocated measured ticks of every GPU-hour pooled by its mean
 utilization).
 
 Never raw samples: the hour rollup's ``util_mean`` is the mean of the hour's minutes weighted by the
@@ -19,7 +19,7 @@ from django.db import connection
 
 from accounting.models import HourlyUsage, UsageAggregateState
 from accounting.usage.states import ALLOCATED_STATES, BUSY, DOWN, IDLE, UNALLOCATED
-from boards.maths import BANDS, OTHER_TEAMS, SERIES
+from boards.maths import BANDS, NODE_ROWS, OTHER_TEAMS, SERIES
 from boards.scope import BoardScope
 from cluster.inventory.holders import visible_spans_between
 from cluster.models import Gpu, HourRollup, Node
@@ -27,6 +27,7 @@ from core.queries import numpy_rows
 from teams.models import Team
 
 HOUR_COLUMNS = ["gpu_id", "node", "label", "hour", *SERIES, "util", "teams", "holders", "partial"]
+GROUP_COLUMNS = ["group", "gpus", "hour", *SERIES, "util_ticks", "util", "teams", "partial"]
 TIMELINE_COLUMNS = ["hour", *SERIES, "capacity", "partial"]
 HOUR_S = 3600
 _SERIES_CODE = {state: SERIES.index(state) for state in (*ALLOCATED_STATES, UNALLOCATED, DOWN)}
@@ -41,7 +42,7 @@ _HOURLY_SQL = """
     WHERE h.day = %(day)s {in_scope}
 """
 
-_GPUS_SQL = "SELECT g.id, n.hostname, g.index FROM {gpu} g JOIN {node} n ON n.id = g.node_id WHERE {scope}"
+_GPUS_SQL = "SELECT g.id, n.hostname, g.index, n.pool FROM {gpu} g JOIN {node} n ON n.id = g.node_id WHERE {scope}"
 
 # The hour rollups of the day's UTC hours (a day starting inside an hour reads that hour's too).
 _UTIL_SQL = """
@@ -79,11 +80,11 @@ def _fetch(sql: str, params: dict, kinds: str) -> np.ndarray:
 class DayRows:
     """The day's hourly usage rows in scope, as columns (:func:`read_day`): ``code`` indexes
     :data:`SERIES` (the state as stored: never other teams), ``team`` 0 for none; ``gpus`` are
-    (id, hostname, index) by node and GPU index, and each row is in GPU-hour ``cell_of`` of ``cells``
+    (id, hostname, index, pool) by node and GPU index, and each row is in GPU-hour ``cell_of`` of ``cells``
     (the rank of its GPU × the number of ``hours`` + the hour's column), whose mean utilization is
     ``cell_util`` (NaN: none measured)."""
 
-    gpus: list[tuple[int, str, int]]
+    gpus: list[tuple[int, str, int, str]]
     gpu_ids: np.ndarray
     code: np.ndarray
     team: np.ndarray
@@ -144,9 +145,7 @@ def day_hours(scope: BoardScope, *, user, done: datetime | None = None, day: Day
     day = read_day(scope) if day is None else day
     if day.empty:
         return pd.DataFrame(columns=HOUR_COLUMNS)
-    code, team = day.code, day.team
-    if scope.team_id is not None:  # another team's allocated ticks: "other teams" on this board
-        code = np.where(np.isin(code, _ALLOCATED_CODES) & (team != scope.team_id), _OTHER, code)
+    code, team = _seen_codes(day, scope), day.team
     series = np.zeros((len(day.cells), len(SERIES)), dtype=np.int64)
     np.add.at(series, (day.cell_of, code), day.ticks)
     cell_gpu, cell_column = np.divmod(day.cells, len(day.hours))
@@ -158,12 +157,69 @@ def day_hours(scope: BoardScope, *, user, done: datetime | None = None, day: Day
         **{key: series[:, n] for n, key in enumerate(SERIES)},
         "util": day.cell_util,
     })
-    hour_end = np.minimum((cell_hour // HOUR_S + 1) * HOUR_S, int(scope.bounds[1].timestamp()))
-    frame["partial"] = hour_end > (done or computed_to(scope)).timestamp()
+    frame["partial"] = _partial(cell_hour, scope, done)
     held = np.isin(code, [*_ALLOCATED_CODES, _OTHER]) & (team > 0)
     frame["teams"] = _teams(day.cell_of[held], team[held], len(day.cells))
     frame["holders"] = _holders(scope, user, day.gpu_ids, day.hours, day.cells)
     return frame[HOUR_COLUMNS]
+
+
+def _seen_codes(day: DayRows, scope: BoardScope) -> np.ndarray:
+    """Each row's series code as the board shows it: under a team filter, another team's allocated ticks
+    are "other teams"."""
+    if scope.team_id is None:
+        return day.code
+    return np.where(np.isin(day.code, _ALLOCATED_CODES) & (day.team != scope.team_id), _OTHER, day.code)
+
+
+def _partial(hour_s: np.ndarray, scope: BoardScope, done: datetime | None) -> np.ndarray:
+    """Whether each hour (epoch seconds) ends after ``done`` (default :func:`computed_to`): still filling."""
+    hour_end = np.minimum((hour_s // HOUR_S + 1) * HOUR_S, int(scope.bounds[1].timestamp()))
+    return hour_end > (done or computed_to(scope)).timestamp()
+
+
+def group_hours(scope: BoardScope, *, by: str, done: datetime | None = None, day: DayRows | None = None) -> pd.DataFrame:
+    """One row per node-hour (``by`` ``"node"``) or pool-hour (``"pool"``) of the day in scope
+    (:data:`GROUP_COLUMNS`), ordered by the node's or pool's name and the hour: ``gpus`` how many of its GPUs
+    have usage that day; ticks per series summed over its GPUs (their shares of the sum are the shares of
+    the group's GPU-time in each state, as :func:`day_hours` counts them); ``util`` the mean utilization of
+    its GPU-hours weighted by their busy and idle ticks, over those with a utilization (``util_ticks``; NaN:
+    none measured); ``teams`` the teams holding any of its GPUs in the hour; ``partial`` as :func:`day_hours`.
+    No holders: a node's or pool's row names no job or user, whoever reads it. From ``day`` (:func:`read_day`),
+    then one query (the teams' names)."""
+    day = read_day(scope) if day is None else day
+    if day.empty:
+        return pd.DataFrame(columns=GROUP_COLUMNS)
+    code, team = _seen_codes(day, scope), day.team
+    column = 1 if by == NODE_ROWS else 3  # hostname or pool in ``day.gpus``
+    groups, group_of_gpu = np.unique(np.array([g[column] for g in day.gpus], dtype=object), return_inverse=True)
+    hours = len(day.hours)
+    cell_gpu, cell_column = np.divmod(day.cells, hours)
+    row_cell = group_of_gpu[cell_gpu[day.cell_of]] * hours + cell_column[day.cell_of]
+    size = len(groups) * hours
+    # bincount's float64 sums are exact here: a pool-hour of 10,000 GPUs is 3·10¹³ ticks, under 2⁵³
+    series = np.rint(np.bincount(row_cell * len(SERIES) + code, weights=day.ticks, minlength=size * len(SERIES))
+                     ).astype(np.int64).reshape(size, len(SERIES))
+    util = day.cell_util[day.cell_of]
+    measured = np.isin(code, [_SERIES_CODE[BUSY], _SERIES_CODE[IDLE]]) & ~np.isnan(util)
+    util_ticks = np.bincount(row_cell[measured], weights=day.ticks[measured], minlength=size)
+    util_sum = np.bincount(row_cell[measured], weights=day.ticks[measured] * util[measured], minlength=size)
+    present = np.bincount(row_cell, minlength=size) > 0
+    at = np.flatnonzero(present)
+    compact = np.cumsum(present) - 1  # a group-hour's place among those present
+    group_at, column_at = np.divmod(at, hours)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        mean = np.where(util_ticks[at] > 0, util_sum[at] / util_ticks[at], np.nan)
+    frame = pd.DataFrame({
+        "group": groups[group_at], "gpus": np.bincount(group_of_gpu, minlength=len(groups))[group_at],
+        "hour": pd.to_datetime(day.hours[column_at], unit="s", utc=True),
+        **{key: series[at, n] for n, key in enumerate(SERIES)},
+        "util_ticks": np.rint(util_ticks[at]).astype(np.int64), "util": mean,
+    })
+    frame["partial"] = _partial(day.hours[column_at], scope, done)
+    held = np.isin(code, [*_ALLOCATED_CODES, _OTHER]) & (team > 0)
+    frame["teams"] = _teams(compact[row_cell[held]], team[held], len(at))
+    return frame[GROUP_COLUMNS]
 
 
 def _utilization(scope: BoardScope, where: str, params: dict, cell_gpu: np.ndarray, cell_hour: np.ndarray) -> np.ndarray:

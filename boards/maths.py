@@ -109,6 +109,23 @@ def cell_kinds(busy, idle, unmeasured, other, unallocated, down, has_util) -> np
     return parts.argmax(axis=0)
 
 
+# ---- heatmap rows at scale (issue 18) ---------------------------------------------------------------------------
+
+GPU_ROWS, NODE_ROWS, POOL_ROWS = "gpu", "node", "pool"  # what a heatmap row is
+
+
+def heatmap_level(*, gpus: int, nodes: int, pools: int, max_gpu_rows: int, max_node_rows: int) -> str:
+    """What the heatmap's rows are for a board of ``gpus`` GPUs on ``nodes`` nodes in ``pools`` pools: one
+    per GPU up to ``max_gpu_rows`` GPUs; above, one per node up to ``max_node_rows`` nodes; above that, one
+    per pool, unless the GPUs are all in one pool (a single row says nothing): then one per node still. A
+    board of one node (a node's drill-down) has a row per GPU whatever their number."""
+    if gpus <= max_gpu_rows or nodes <= 1:
+        return GPU_ROWS
+    if nodes <= max_node_rows or pools <= 1:
+        return NODE_ROWS
+    return POOL_ROWS
+
+
 # ---- long idle -----------------------------------------------------------------------------------------------
 
 @dataclass(frozen=True)

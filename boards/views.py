@@ -5,6 +5,7 @@ of ``boards/daily.py`` read, ``boards/charts.py`` draws."""
 from __future__ import annotations
 
 from datetime import timedelta
+from urllib.parse import urlencode
 
 from django.conf import settings
 from django.contrib.auth.decorators import login_required
@@ -16,10 +17,10 @@ from django.utils import timezone
 from django.utils.translation import gettext
 
 from accounting.money.statements import sees_costs
-from boards.charts import BoardText, bands_figure, heatmap_figure, timeline_figure
-from boards.daily import LIVE_PARTS, daily_board
+from boards.charts import BoardText, bands_figure, group_heatmap_figure, heatmap_figure, timeline_figure
+from boards.daily import LIVE_PARTS, DailyBoard, daily_board
 from boards.filters import BoardFilterForm
-from boards.maths import OTHER_TEAMS
+from boards.maths import GPU_ROWS, NODE_ROWS, OTHER_TEAMS
 from boards.ranking import TOP, idle_ranking
 from core.html import json_script
 from teams.models import Team
@@ -35,7 +36,9 @@ def board_text() -> BoardText:
         card_hours_axis=gettext("Card-hours"), share_axis=gettext("Share of allocated measured card-hours (%)"),
         utilization=gettext("Utilization"), partial=gettext("still filling"),
         no_data=gettext("No usage computed for this day yet"), no_holder=gettext("not held"),
-        teams_in_band=gettext("By team (share of its own hours)"),
+        teams_in_band=gettext("By team (share of its own hours)"), gpus=gettext("GPUs"), node_axis=gettext("Node"),
+        pool_axis=gettext("Pool"), open_node=gettext("Click to see this node's GPUs"),
+        open_pool=gettext("Click to see this pool's nodes"),
     )
 
 
@@ -62,6 +65,19 @@ def _links(request, scope) -> dict:
     return out
 
 
+def _drill(form: BoardFilterForm, board: DailyBoard) -> dict[str, str]:
+    """A heatmap row's name → the query string of its own board (``?node=`` for a node, ``?pool=`` for a
+    pool), keeping the board's valid day, model and team (not a parameter the page refused)."""
+    if board.level == GPU_ROWS or board.hours is None or board.hours.empty:
+        return {}
+    data = form.cleaned_data
+    kept = {"date": board.scope.day.isoformat(), "gpu_model": getattr(data.get("gpu_model"), "short_name", None),
+            "team": getattr(data.get("team"), "slug", None), "pool": data.get("pool") or None}
+    kept = {key: value for key, value in kept.items() if value}
+    key = "node" if board.level == NODE_ROWS else "pool"
+    return {name: "?" + urlencode({**kept, key: name}) for name in board.hours["group"].unique().tolist()}
+
+
 @login_required
 def daily(request):
     """The daily board: where the day's card-hours went, for every role (scoped by the selectors)."""
@@ -70,10 +86,13 @@ def daily(request):
     board = daily_board(scope, user=request.user, ranking_limit=TOP)
     zone = timezone.get_current_timezone()
     text = board_text()
+    drill = _drill(form, board)
     figures = {  # as <script type="application/json"> elements, read by static/js/charts.js
         "timeline": json_script(timeline_figure(board.timeline, day_bounds=scope.bounds, zone=zone, text=text),
                                 "fig-timeline"),
-        "heatmap": json_script(heatmap_figure(board.hours, zone=zone, text=text), "fig-heatmap"),
+        "heatmap": json_script(
+            heatmap_figure(board.hours, zone=zone, text=text) if board.level == GPU_ROWS else
+            group_heatmap_figure(board.hours, level=board.level, drill=drill, zone=zone, text=text), "fig-heatmap"),
         "bands": json_script(bands_figure(board.bands, team_names=board.team_names, text=text), "fig-bands"),
     }
     my_teams = _my_teams(request.user)
@@ -84,7 +103,7 @@ def daily(request):
         "filtered": any(form.cleaned_data.get(k) for k in ("pool", "gpu_model", "node", "team")),
         "sees_costs": board.headline.sees_costs, "settings_long_idle_days": settings.CARDHOUR_LONG_IDLE_DAYS,
         "settings_always_full_pct": settings.CARDHOUR_ALWAYS_FULL_PCT, "shallow_sm_pct": settings.CARDHOUR_SHALLOW_SM_PCT,
-        "memory_held_mib": settings.CARDHOUR_MEMORY_HELD_MIB,
+        "memory_held_mib": settings.CARDHOUR_MEMORY_HELD_MIB, "drill": drill,
     })
 
 

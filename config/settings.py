@@ -289,6 +289,10 @@ CARDHOUR_IDLE_THRESHOLD_PCT = env_int("CARDHOUR_IDLE_THRESHOLD_PCT", 5, minimum=
 # (the duty cycle: a kernel was running, not saturation).
 CARDHOUR_LONG_IDLE_DAYS = env_int("CARDHOUR_LONG_IDLE_DAYS", 3, minimum=1)
 CARDHOUR_ALWAYS_FULL_PCT = env_int("CARDHOUR_ALWAYS_FULL_PCT", 95, minimum=1)
+# The board's heatmap at scale (issue 18): a row per GPU up to CARDHOUR_BOARD_GPU_ROWS GPUs in scope, else a
+# row per node up to CARDHOUR_BOARD_NODE_ROWS nodes, else a row per pool; a row opens its node's or pool's board.
+CARDHOUR_BOARD_GPU_ROWS = env_int("CARDHOUR_BOARD_GPU_ROWS", 512, minimum=1)
+CARDHOUR_BOARD_NODE_ROWS = env_int("CARDHOUR_BOARD_NODE_ROWS", 300, minimum=1)
 
 # Beyond the duty cycle (DESIGN.md §4, issue 16): busy minutes under this SM activity (NVML GPM) are
 # "shallow busy"; idle minutes whose GPU uses more memory than this are "idle, memory held"; busy minutes

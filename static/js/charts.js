@@ -25,7 +25,24 @@
     if (chinese) {
       config.locale = "zh-CN";  // js/plotly-locale-zh-cn.js: Chinese month and day names on date axes
     }
-    Plotly.newPlot(element, figure.data, figure.layout, config);
+    Plotly.newPlot(element, figure.data, figure.layout, config).then(function () { drill(element); });
+  }
+
+  // A trace whose meta.drill lists one address per row (the board's node and pool rows) opens a row's
+  // address when a cell of that row is clicked.
+  function drill(element) {
+    var rows = (element.data || []).map(function (trace) { return trace.meta && trace.meta.drill; });
+    if (!rows.some(Boolean)) {
+      return;
+    }
+    element.on("plotly_click", function (event) {
+      var point = event.points && event.points[0];
+      var links = point && rows[point.curveNumber];
+      var href = links && links[point.pointNumber[0]];
+      if (href) {
+        window.location.assign(href);
+      }
+    });
   }
 
   function drawAll() {
