@@ -61,6 +61,17 @@ def prune_telemetry() -> dict:
         return prune(now=timezone.now()) if locked else {}
 
 
+@shared_task(name="cluster.tasks.partitions_ahead", ignore_result=True)
+def partitions_ahead() -> dict:
+    """Make the raw samples' day partitions ahead, and those of days the DEFAULT partition caught."""
+    from django.utils import timezone
+
+    from cluster.telemetry.partitions import partitions_ahead as run
+
+    with advisory_lock("cluster.partitions_ahead") as locked:
+        return run(now=timezone.now()) if locked else {}
+
+
 @shared_task(name="cluster.tasks.observed_scan", ignore_result=True)
 def observed_scan() -> dict:
     """Turn the processes the agents saw into jobs and observed allocations (one scan at a time)."""

@@ -249,6 +249,7 @@ CELERY_TASK_ROUTES = {
     "cluster.tasks.collect_*": {"queue": "collect"},
     "cluster.tasks.rollup_*": {"queue": "rollup"},
     "cluster.tasks.prune_*": {"queue": "rollup"},
+    "cluster.tasks.partitions_*": {"queue": "rollup"},
 }
 CELERY_TASK_ALWAYS_EAGER = False
 CELERY_TIMEZONE = "UTC"
@@ -280,6 +281,8 @@ TELEMETRY_MAX_CLOCK_SKEW_S = env_int("TELEMETRY_MAX_CLOCK_SKEW_S", 120, minimum=
 TELEMETRY_ERROR_QUIET_S = env_int("TELEMETRY_ERROR_QUIET_S", 3600, minimum=60)
 TELEMETRY_RAW_RETENTION_DAYS = env_int("TELEMETRY_RAW_RETENTION_DAYS", 8, minimum=1)
 TELEMETRY_MINUTE_RETENTION_DAYS = env_int("TELEMETRY_MINUTE_RETENTION_DAYS", 400, minimum=1)
+# Raw samples by UTC day (issue 18): today's partition and this many days' ahead are kept made, hourly.
+TELEMETRY_PARTITIONS_AHEAD_DAYS = env_int("TELEMETRY_PARTITIONS_AHEAD_DAYS", 3, minimum=1)
 
 # Usage states (DESIGN.md §4): an allocated GPU-minute below this mean utilization is idle.
 CARDHOUR_IDLE_THRESHOLD_PCT = env_int("CARDHOUR_IDLE_THRESHOLD_PCT", 5, minimum=0)
@@ -383,6 +386,7 @@ CELERY_BEAT_SCHEDULE = {
     # Every 15 minutes; the task itself sends only from Monday's digest time on, once a week per person.
     "weekly-reports": {"task": "boards.periods.tasks.weekly_reports", "schedule": 900.0, "options": {"expires": 900}},
     "prune-telemetry": {"task": "cluster.tasks.prune_telemetry", "schedule": 3600.0, "options": {"expires": 3600}},
+    "sample-partitions": {"task": "cluster.tasks.partitions_ahead", "schedule": 3600.0, "options": {"expires": 3600}},
     "observed-usage": {
         "task": "cluster.tasks.observed_scan", "schedule": OBSERVED_SCAN_EVERY_S,
         "options": {"expires": OBSERVED_SCAN_EVERY_S},

@@ -15,7 +15,9 @@ class Sample(models.Model):
     """One GPU's measurements for one agent interval ``(ts - interval_s, ts]`` (DESIGN.md §3).
 
     Written only by the collector's COPY + ``INSERT … ON CONFLICT DO NOTHING`` path, never through
-    the ORM; kept ``TELEMETRY_RAW_RETENTION_DAYS`` days."""
+    the ORM; kept ``TELEMETRY_RAW_RETENTION_DAYS`` days. The table is partitioned by UTC day of ``ts``
+    (migration 0013, ``cluster.telemetry.partitions``): still managed here, since columns, checks and
+    indexes added to the parent reach every partition, and retention drops whole days."""
 
     pk = models.CompositePrimaryKey("gpu", "ts")
     gpu = models.ForeignKey(Gpu, on_delete=models.PROTECT, db_index=False, related_name="+")
@@ -50,7 +52,6 @@ class Sample(models.Model):
     class Meta:
         verbose_name = _("sample")
         verbose_name_plural = _("samples")
-        indexes = [models.Index(fields=["ts"], name="sample_ts")]
         constraints = [
             models.CheckConstraint(condition=models.Q(interval_s__gte=1, interval_s__lte=3600), name="sample_interval"),
             models.CheckConstraint(

@@ -41,6 +41,7 @@ from cluster.telemetry.dirty_marks import (
     insert_samples_marking_dirty,
     mark_dirty_range,
 )
+from cluster.telemetry.partitions import partitions_prune
 from cluster.telemetry.rollup_math import GPM_COVERAGE_FIELD, GPM_MEANS
 
 SAMPLE = Sample._meta.db_table
@@ -314,15 +315,18 @@ def recompute_range(
 
 
 def prune(*, now: datetime, batch: int = 50_000) -> dict:
-    """Retention (DESIGN.md §3): delete raw samples older than TELEMETRY_RAW_RETENTION_DAYS and minute
-    rollups older than TELEMETRY_MINUTE_RETENTION_DAYS, ``batch`` rows a statement; hours stay.
+    """Retention (DESIGN.md §3): drop the raw samples' day partitions wholly older than
+    TELEMETRY_RAW_RETENTION_DAYS (``partitions.partitions_prune``), and delete minute rollups older than
+    TELEMETRY_MINUTE_RETENTION_DAYS, ``batch`` rows a statement; hours stay.
 
-    Raw rows that a dirty bucket may still need (ending after the watermark) are kept, so pruning
-    before a backlog is processed never loses data."""
+    A day is dropped only when it also ends at or before the rollup watermark: raw rows that a dirty
+    bucket may still need are kept, so pruning before a backlog is processed never loses data."""
     raw_cutoff = min(as_utc(now) - timedelta(days=settings.TELEMETRY_RAW_RETENTION_DAYS), rollup_watermark(now=now))
     minute_cutoff = as_utc(now) - timedelta(days=settings.TELEMETRY_MINUTE_RETENTION_DAYS)
+    raw = partitions_prune(before=raw_cutoff)
     return {
-        "samples": _delete_before(SAMPLE, "ts", raw_cutoff, batch),
+        "sample_days_dropped": raw["dropped"],
+        "samples_deleted_from_default": raw["default_rows_deleted"],
         "minute_rollups": _delete_before(MINUTES, "bucket", minute_cutoff, batch),
         "raw_cutoff": raw_cutoff,
         "minute_cutoff": minute_cutoff,

@@ -1,6 +1,7 @@
 """The application's database role (``settings.CARDHOUR_DB_APP_ROLE``, ``cardhour_app``): full rights on
 every table of the schema except the append-only ones (the audit trail, the ledger), where it may only
-insert and read. Run as the tables' owner, after every migration (``post_migrate``) and by
+insert and read, and EXECUTE on the schema's functions (among them the owner's functions that make and drop
+the raw samples' partitions, which only a table's owner may do). Run as the tables' owner, after every migration (``post_migrate``) and by
 ``manage.py db_app_role``.
 
 Roles belong to the whole PostgreSQL cluster and several databases (test databases, the demo) may
@@ -79,6 +80,9 @@ def grant_app_rights(connection, name: str) -> list[str]:
         sql.SQL("GRANT USAGE ON SCHEMA public TO {}").format(role),
         sql.SQL("GRANT " + ALL_TABLE_RIGHTS + " ON ALL TABLES IN SCHEMA public TO {}").format(role),
         sql.SQL("GRANT USAGE, SELECT, UPDATE ON ALL SEQUENCES IN SCHEMA public TO {}").format(role),
+        # The schema's functions, those revoked from PUBLIC too: the SECURITY DEFINER ones that do an owner's
+        # narrow work for the application (the raw samples' day partitions, cluster migration 0013).
+        sql.SQL("GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA public TO {}").format(role),
     ]
     statements += [sql.SQL("REVOKE " + APPEND_ONLY_REFUSED + " ON {} FROM {}, PUBLIC").format(sql.Identifier(table), role)
                    for table in tables]

@@ -6,7 +6,7 @@ fixtures and helpers (agent-like records, the collector's path, stored rows as R
 
 import random
 import threading
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime, time, timedelta
 
 import pytest
 from django.db import connection, transaction
@@ -14,7 +14,7 @@ from django.test.utils import CaptureQueriesContext
 
 from agents.records import GPM_FIELDS
 from cluster.models import DirtyBucket, Gpu, HourRollup, MinuteRollup, Sample
-from cluster.telemetry import dirty_marks, rollups
+from cluster.telemetry import dirty_marks, partitions, rollups
 from cluster.telemetry.rollup_math import (
     GPM_MEANS,
     HOUR_S,
@@ -308,23 +308,32 @@ def test_the_watermark_is_the_oldest_dirty_bucket(gpu_ids):
 def test_prune_keeps_what_retention_keeps(gpu_ids, settings):
     settings.TELEMETRY_RAW_RETENTION_DAYS, settings.TELEMETRY_MINUTE_RETENTION_DAYS = 8, 400
     now_s = int(NOW.timestamp())
-    store([SampleRecord(gpu_id=gpu_ids[0], ts=now_s - days * 86400, interval_s=10) for days in (9, 7)])
-    store([SampleRecord(gpu_id=gpu_ids[1], ts=now_s - 10 * 86400, interval_s=10)])  # its bucket is still dirty
-    DirtyBucket.objects.create(level="minute", gpu_id=gpu_ids[1], bucket=at(now_s - 10 * 86400 - 60))
+    partitions.partitions_add([(NOW - timedelta(days=days)).date() for days in (10, 9, 7)])
+    store([SampleRecord(gpu_id=gpu_ids[0], ts=now_s - days * 86400 + 3600, interval_s=10) for days in (9, 7)])
+    store([SampleRecord(gpu_id=gpu_ids[1], ts=now_s - 10 * 86400 + 3600, interval_s=10)])  # its bucket is still dirty
+    DirtyBucket.objects.create(level="minute", gpu_id=gpu_ids[1], bucket=at(now_s - 10 * 86400 + 3540))
     values = {"covered_s": 60, "util_covered_s": 0, "sample_count": 6}
     MinuteRollup.objects.bulk_create(
         MinuteRollup(gpu_id=gpu_ids[0], bucket=NOW - timedelta(days=days), **values) for days in (401, 399)
     )
     HourRollup.objects.create(gpu_id=gpu_ids[0], bucket=NOW - timedelta(days=1000), **values)
 
-    result = rollups.prune(now=NOW, batch=1)
-    assert (result["samples"], result["minute_rollups"]) == (0, 1)  # the dirty bucket holds raw back
-    rollups.rollup_pending()
-    assert rollups.prune(now=NOW, batch=1)["samples"] == 2
+    def days_ending_by(cutoff):  # every day partition wholly before the cut-off, whatever else the database holds
+        return [day for day in partitions.day_partitions() if datetime.combine(day, time(), UTC) + timedelta(days=1) <= cutoff]
 
-    assert list(Sample.objects.values_list("ts", flat=True)) == [NOW - timedelta(days=7)]
+    held = days_ending_by(at(now_s - 10 * 86400 + 3540))
+    result = rollups.prune(now=NOW, batch=1)
+    assert result["sample_days_dropped"] == held  # the dirty bucket holds the raw days back
+    assert (result["samples_deleted_from_default"], result["minute_rollups"]) == (0, 1)
+    assert Sample.objects.count() == 3
+    rollups.rollup_pending()
+    expected = days_ending_by(NOW - timedelta(days=8))
+    assert (NOW - timedelta(days=10)).date() in expected and (NOW - timedelta(days=9)).date() in expected
+    assert rollups.prune(now=NOW, batch=1)["sample_days_dropped"] == expected
+
+    assert list(Sample.objects.values_list("ts", flat=True)) == [NOW - timedelta(days=7, hours=-1)]
     assert list(MinuteRollup.objects.order_by("bucket").values_list("bucket", flat=True)) == [
-        NOW - timedelta(days=399), NOW - timedelta(days=10, minutes=1),
+        NOW - timedelta(days=399), NOW - timedelta(days=10, minutes=-59),
     ]
     assert HourRollup.objects.filter(bucket=NOW - timedelta(days=1000)).exists()
 
