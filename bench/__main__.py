@@ -3,6 +3,8 @@ the same run where one exists. Runs against a scratch database ``cardhour_bench`
 PostgreSQL (or on DATABASE_URL's server), migrated fresh and dropped afterwards.
 
     python -m bench [--records N] [--only collector,rollup,agent,jobs,bookings,usage,close,boards]
+
+``boards`` times the daily board at 1,000 GPUs, then at 10,000 (``boards-10k`` alone: the second only).
 """
 
 from __future__ import annotations
@@ -97,6 +99,11 @@ def main(argv: list[str] | None = None) -> int:
 
         results["boards"] = r = bench_boards()
         print_boards(r)
+    if "boards" in only or "boards-10k" in only:
+        from bench.boards import bench_boards_at_scale, print_boards_at_scale
+
+        results["boards_10k"] = r = bench_boards_at_scale()
+        print_boards_at_scale(r)
     return 0
 
 

@@ -21,6 +21,15 @@ What the board reads is filled as the workers leave it:
 
 The day is yesterday in the business zone (the board refuses a future date), so the history ends there.
 Everything is made in one transaction that is rolled back, so the database is left as it was.
+
+**At 10,000 GPUs** (issue 18, :func:`bench_boards_at_scale`): 1,250 nodes × 8 in 10 pools of 125, 20 teams,
+30 days. The board's day is made as above (minute rollups of every GPU, ~30,000 jobs, ``aggregate_day``); the
+29 days before hold copies of the *daily* aggregates only (usage, holders, unplaced, sums by model), which is
+all the daily board reads of them: no hour rollups, hourly usage or hourly sums for those days, which the
+week, month and profile views read (not timed at this size). The page (a row per pool), its JSON, a pool's
+board (a row per node) and a node's board (a row per GPU) are timed, median of 5, against the same baseline.
+
+Long because one data set serves the board at two sizes, and each size prints its own lines.
 """
 
 from __future__ import annotations
@@ -66,6 +75,7 @@ from cluster.models import (
     HoldKind,
     HourRollup,
     Job,
+    Node,
     NodeStatusPeriod,
 )
 from core.timeutils import business_day_bounds, business_today, month_days
@@ -204,10 +214,12 @@ def _allocations(day: date, gpu_ids: list[int], node_ids: list[int], teams, proj
     return {"jobs": len(jobs), "allocations": len(spans), "bookings": min(2, len(node_ids))}
 
 
-def _history(day: date, days: int, gpu_ids, node_ids, teams, projects, now, *, aggregate_days: int | None = None) -> dict:
+def _history(day: date, days: int, gpu_ids, node_ids, teams, projects, now, *, aggregate_days: int | None = None,
+             daily_only: bool = False) -> dict:
     """Fill what the board reads for ``day`` and the ``days - 1`` before it (the daily aggregates for
     ``aggregate_days``, default ``days``: the profile reads three months of them); returns counts and
-    stage times."""
+    stage times. ``daily_only``: the days before hold the daily aggregates alone (no hour rollups, no hourly
+    usage or hourly sums by model), which is all the daily board reads of them (the 10,000-GPU size)."""
     aggregate_days = aggregate_days or days
     stages: dict[str, float] = {}
     clock = time.perf_counter()
@@ -232,7 +244,8 @@ def _history(day: date, days: int, gpu_ids, node_ids, teams, projects, now, *, a
         minute_rollups = cursor.rowcount
         stage("minute rollups")
         cursor.execute(_DAY_HOURS, params)
-        cursor.execute(_HISTORY_HOURS, params)
+        if not daily_only:
+            cursor.execute(_HISTORY_HOURS, params)
         stage("hour rollups")
     made = _allocations(day, gpu_ids, node_ids, teams, projects, model)
     stage("jobs and bookings")
@@ -241,6 +254,8 @@ def _history(day: date, days: int, gpu_ids, node_ids, teams, projects, now, *, a
     with connection.cursor() as cursor:
         for aggregate in (DailyUsage, HourlyUsage, DailyHolderUsage, DailyUnplacedUsage, HourlyModelUsage, DailyModelUsage,
                           HourlyModelCapacity, DailyModelCapacity):
+            if daily_only and aggregate in (HourlyUsage, HourlyModelUsage, HourlyModelCapacity):
+                continue
             cursor.execute(_copy_sql(aggregate), {"day": day, "back": aggregate_days - 1})
         stage(f"copies to {aggregate_days - 1} days")
     RateCard.objects.filter(gpu_model=model).delete()
@@ -357,3 +372,72 @@ def print_boards(r: dict) -> None:
         row = r[key]
         print(f"{name} {row['ms']:8.1f} ms  (queries {row['queries']}, {row['bytes'] / 1e6:.2f} MB)   "
               f"baseline GROUP BY {r[baseline]:.1f} ms  page / it = {row['ms'] / r[baseline]:.0f}  (aim < 300 ms)")
+
+
+SCALE_NODES, SCALE_POOLS, SCALE_RUNS = 1250, 10, 5
+
+
+def bench_boards_at_scale(*, nodes: int = SCALE_NODES, gpus_per_node: int = GPUS_PER_NODE, pools: int = SCALE_POOLS,
+                          teams: int = TEAMS, days: int = DAYS, runs: int = SCALE_RUNS) -> dict:
+    """Time the daily board at 10,000 GPUs (``nodes`` × ``gpus_per_node`` in ``pools`` pools): the page and its
+    JSON, a pool's board and a node's board (the drill-down), as an admin, against one ``GROUP BY``."""
+    now = timezone.now()
+    day = business_today(now=now) - timedelta(days=1)
+    with transaction.atomic():
+        started = time.perf_counter()
+        gpu_ids, node_ids, team_list, projects = _cluster(nodes=nodes, gpus_per_node=gpus_per_node, teams=teams)
+        per_pool = -(-len(node_ids) // pools)
+        placed = list(Node.objects.filter(pk__in=node_ids).order_by("hostname"))
+        for n, node in enumerate(placed):
+            node.pool = f"bench-pool-{n // per_pool:02d}"
+        Node.objects.bulk_update(placed, ["pool"], batch_size=2000)
+        made = _history(day, days, gpu_ids, node_ids, team_list, projects, now, daily_only=True)
+        setup_s = time.perf_counter() - started
+        admin = get_user_model().objects.create_user(username="bench-board-admin", is_superuser=True, is_staff=True)
+        client = Client(HTTP_HOST="localhost")
+        client.force_login(admin)
+        query = {"date": day.isoformat()}
+        with override_settings(ALLOWED_HOSTS=[*settings.ALLOWED_HOSTS, "localhost"]):
+            page = _serve(client, reverse("boards:daily"), day, runs, "text/html")
+            api = _serve(client, API_PATH, day, runs, "application/json")
+            pool = _serve(client, reverse("boards:daily"), day, runs, "text/html", query={**query, "pool": placed[0].pool})
+            node = _serve(client, reverse("boards:daily"), day, runs, "text/html",
+                          query={**query, "node": placed[0].hostname})
+        baseline_ms = _baseline_ms(day, runs)
+        figures = json.loads(api.pop("body"))
+        levels = {name: _level_of(served.pop("body")) for name, served in (("page", page), ("pool", pool), ("node", node))}
+        transaction.set_rollback(True)
+    heatmap = figures.get("heatmap", {})
+    return {
+        "gpus": len(gpu_ids), "nodes": len(node_ids), "pools": pools, "teams": len(team_list), "days": days, "day": day,
+        "runs": runs, **made, "setup_s": setup_s, "page": page, "json": api, "pool": pool, "node": node,
+        "pool_name": placed[0].pool, "node_name": placed[0].hostname, "baseline_ms": baseline_ms, "levels": levels,
+        "json_level": heatmap.get("level"), "json_rows": len(heatmap.get("kind", [])),
+        "idle_allocations": len(figures.get("idle_allocations", [])),
+    }
+
+
+def _level_of(html: bytes) -> str:
+    """What the page's heatmap rows are (its ``data-level``)."""
+    marker = b'data-testid="heatmap-card" data-level="'
+    at = html.find(marker)
+    return html[at + len(marker):html.index(b'"', at + len(marker))].decode() if at >= 0 else "?"
+
+
+def print_boards_at_scale(r: dict) -> None:
+    """The lines ``make bench`` prints for the board at 10,000 GPUs, each beside the same run's baseline."""
+    print(f"\nthe daily board of {r['day']} at {r['gpus']:,} GPUs ({r['nodes']:,} nodes in {r['pools']} pools), "
+          f"{r['teams']} teams, {r['days']} days of daily aggregates ({r['daily_rows']:,} daily, {r['holder_rows']:,} "
+          f"holder rows; the day's {r['hourly_rows']:,} hourly rows, {r['minute_rollups']:,} minute and "
+          f"{r['hour_rollups']:,} hour rollups; {r['allocations']:,} allocations); as an admin, median of {r['runs']}")
+    stages = ", ".join(f"{name} {seconds:.1f} s" for name, seconds in r["stages_s"].items())
+    print(f"  set-up {r['setup_s']:.1f} s ({stages})")
+    print(f"  the JSON's heatmap: a row per {r['json_level']} ({r['json_rows']} rows); "
+          f"{r['idle_allocations']:,} idle allocations")
+    rows = (("page", "page", r["levels"]["page"]), ("JSON", "json", r["json_level"]),
+            (f"pool {r['pool_name']}", "pool", r["levels"]["pool"]), (f"node {r['node_name']}", "node", r["levels"]["node"]))
+    for name, key, level in rows:
+        row = r[key]
+        print(f"daily board 10k {name:<22} {row['ms']:8.1f} ms  (rows: {level}; queries {row['queries']}, "
+              f"{row['bytes'] / 1e6:.2f} MB)   baseline GROUP BY {r['baseline_ms']:.1f} ms  "
+              f"board / it = {row['ms'] / r['baseline_ms']:.0f}  (aim < 1,000 ms)")

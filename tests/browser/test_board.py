@@ -300,3 +300,50 @@ def test_a_chinese_screenshot(page, live_server, login, screenshot, lead_a, flee
     expect(page.get_by_test_id("board-day")).to_have_text("2026年11月1日")
     screenshot(page, "board-zh")
     assert not problems, problems
+
+
+def click_heatmap_row(page, row):
+    """Click the first hour's cell of the heatmap's ``row`` (0: the top row) where plotly drew it."""
+    heatmap = page.get_by_test_id("board-heatmap")
+    heatmap.scroll_into_view_if_needed()
+    point = page.evaluate(
+        """row => {
+             const gd = document.querySelector("[data-testid=board-heatmap]");
+             const xa = gd._fullLayout.xaxis, ya = gd._fullLayout.yaxis, box = gd.getBoundingClientRect();
+             return {x: box.left + xa._offset + xa.l2p(0), y: box.top + ya._offset + ya.l2p(row)};
+           }""",
+        row,
+    )
+    page.mouse.click(point["x"], point["y"])
+
+
+def test_a_board_of_many_gpus_has_a_row_per_node_and_a_click_opens_the_nodes_gpus(page, live_server, login, lead_b,
+                                                                                 settings, screenshot, fleet):
+    """Past CARDHOUR_BOARD_GPU_ROWS (two here) a row per node; clicking gpu-a's row opens gpu-a's board, a row
+    per GPU, where team B's lead sees team A's GPU occupied but none of its jobs."""
+    settings.CARDHOUR_BOARD_GPU_ROWS = 2
+    problems = watch_console(page)
+    page.set_viewport_size({"width": 1366, "height": 768})
+    login(page, live_server, lead_b.username)
+    open_board(page, live_server)
+    expect(page.get_by_test_id("heatmap-card")).to_have_attribute("data-level", "node")
+    expect(page.get_by_test_id("heatmap-card").locator("h2")).to_have_text("Node × hour")
+    assert page.evaluate("() => document.querySelector('[data-testid=board-heatmap]').data[0].y") == ["gpu-a", "gpu-b"]
+    expect(page.get_by_test_id("drill-link")).to_have_text(["gpu-a", "gpu-b"])
+    widths = page.evaluate("() => [document.scrollingElement.scrollWidth, window.innerWidth]")
+    assert widths[0] <= widths[1], f"horizontal scroll at 1366 px: the page is {widths[0]} px wide"
+    screenshot(page, "board-nodes-1366")
+
+    click_heatmap_row(page, 0)
+
+    expect(page).to_have_url(re.compile(rf"^{re.escape(live_server.url)}/\?date={YESTERDAY.isoformat()}&node=gpu-a$"))
+    expect_charts_drawn(page)
+    expect(page.get_by_test_id("heatmap-card")).to_have_attribute("data-level", "gpu")
+    expect(page.locator(".board-filters select[name=node]")).to_have_value("gpu-a")
+    gpus = page.evaluate("() => document.querySelector('[data-testid=board-heatmap]').data[0]")
+    assert gpus["y"] == ["gpu-a/0", "gpu-a/1"]
+    assert any(v is not None and v >= 0 for v in gpus["z"][0]), gpus["z"]  # team A's notebook: measured hours
+    html = page.content()
+    assert "Team Alpha" in html and not [secret for secret in TEAM_A_SECRETS if secret in html]
+    screenshot(page, "board-node-drill-1366")
+    assert not problems, problems
