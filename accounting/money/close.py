@@ -11,42 +11,36 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import date, datetime
-from decimal import Decimal
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import Max, Q, Sum
+from django.db.models import Max, Sum
 from django.utils import timezone
 from django.utils.translation import gettext as _
 
 from accounting.models import (
     ChargePolicy,
-    DailyEnergy,
-    DailyUnplacedUsage,
     DailyUsage,
-    EnergyTariff,
     LedgerEntry,
-    RateCard,
     Statement,
     StatementStatus,
     UnallocatedPolicy,
     UsageAggregateState,
 )
+from accounting.money.priced_days import current_policy, priced_read, rate_cards
 from accounting.money.pricing import (
+    ENERGY,
     Entry,
-    Policy,
-    Rate,
     corrections,
-    price_energy,
-    price_usage,
+    entries_of,
     share_unallocated,
+    unpriced_of,
 )
 from accounting.quotas.rules import overflow_totals
 from accounting.quotas.selectors import team_overflow
 from accounting.usage.failures import usage_problems
 from accounting.usage.selectors import data_complete_to
 from accounting.usage.services import usage_process
-from accounting.usage.states import ALLOCATED_STATES
 from cluster.models import GpuModel, Node
 from core.locks import wait_turn
 from core.timeutils import business_day_bounds, month_days
@@ -76,33 +70,6 @@ def parse_period(text: str) -> date:
         raise ValueError(window_message(error)) from None
 
 
-def current_policy() -> Policy:
-    row = ChargePolicy.objects.filter(id=1).first()
-    if row is None:
-        return Policy(Decimal(settings.CHARGE_IDLE_FACTOR), Decimal(settings.CHARGE_OVERFLOW_MULTIPLIER))
-    return Policy(row.idle_charge_factor, row.overflow_multiplier)
-
-
-def period_usage(first: date, following: date) -> dict[tuple, int]:
-    """Allocated ticks per (day, team, project, GPU model, state) of the month, unplaced included (as
-    unmeasured). Usage held by no team (unattributed processes) is the platform's and is not billed."""
-    usage: dict[tuple, int] = {}
-    placed = (
-        DailyUsage.objects.filter(day__gte=first, day__lt=following, state__in=ALLOCATED_STATES, team__isnull=False)
-        .values_list("day", "team_id", "project_id", "gpu__model_id", "state").annotate(total=Sum("ticks"))
-    )
-    for day, team_id, project_id, model_id, state, total in placed:
-        usage[(day, team_id, project_id, model_id, state)] = total
-    unplaced = (
-        DailyUnplacedUsage.objects.filter(day__gte=first, day__lt=following)
-        .values_list("day", "team_id", "project_id", "gpu_model_id").annotate(total=Sum("ticks"))
-    )
-    for day, team_id, project_id, model_id, total in unplaced:
-        key = (day, team_id, project_id, model_id, "unmeasured")
-        usage[key] = usage.get(key, 0) + total
-    return usage
-
-
 def current_unallocated_policy() -> str:
     row = ChargePolicy.objects.filter(id=1).first()
     return row.unallocated if row is not None else settings.CHARGE_UNALLOCATED
@@ -115,15 +82,6 @@ def period_unallocated(first: date, following: date) -> dict[tuple, int]:
         .values_list("day", "gpu__model_id").annotate(total=Sum("ticks"))
     )
     return {(day, model_id): total for day, model_id, total in rows}
-
-
-def period_energy(first: date, following: date) -> dict[tuple, int]:
-    """Millijoules per (day, team, project, GPU model) the teams' GPUs drew while they held them."""
-    rows = (
-        DailyEnergy.objects.filter(day__gte=first, day__lt=following, team__isnull=False)
-        .values_list("day", "team_id", "project_id", "gpu__model_id").annotate(total=Sum("millijoules"))
-    )
-    return {(day, team_id, project_id, model_id): total for day, team_id, project_id, model_id, total in rows}
 
 
 def completeness_problems(first: date, following: date, *, now: datetime) -> list[str]:
@@ -162,29 +120,23 @@ def pricing_problems(unpriced: Sequence[tuple[int | None, date]]) -> list[str]:
     return problems
 
 
-def rate_cards(first: date, following: date) -> list[Rate]:
-    """The rate cards valid on some business day of ``[first, following)``, as the pricing sees them."""
-    cards = RateCard.objects.filter(valid_from__lt=following).filter(Q(valid_until__isnull=True) | Q(valid_until__gt=first))
-    return [Rate(card.gpu_model_id, card.valid_from, card.valid_until, card.price_per_card_hour) for card in cards]
-
-
 def priced_entries(first: date, following: date, *, now: datetime) -> tuple[list[Entry], list[str]]:
     """The entries a close of the business days ``[first, following)`` wants booked, every team's, and the
-    problems of usage with no price: usage at the rate cards and policy, overflow beyond quotas, shared
-    unallocated capacity, energy at the tariff. No completeness checks and no refresh of the aggregates:
-    :func:`close_period` does those; the priced usage report (accounting/money/statements.py) calls this as is."""
-    rates = rate_cards(first, following)
-    usage = period_usage(first, following)
+    problems of usage with no price: the priced days (accounting/money/priced_days.py: usage at the rate cards
+    and policy, energy at the tariff) with overflow beyond quotas split off, and shared unallocated capacity.
+    No completeness checks and no refresh of the aggregates: :func:`close_period` does those; the priced usage
+    report (accounting/money/statements.py), and through it the team page's month-to-date cost and the finance
+    page, calls this as is, so every figure of a month's cost comes from here."""
+    read = priced_read(first, following, now=now)
     overflow = overflow_totals(team_overflow(
-        team_ids=sorted({key[1] for key in usage}), start=business_day_bounds(first)[0],
-        end=business_day_bounds(following)[0], now=now,
+        team_ids=read.team_ids, start=business_day_bounds(first)[0], end=business_day_bounds(following)[0], now=now,
     ))
-    wanted, unpriced = price_usage(usage=usage, rates=rates, policy=current_policy(), overflow=overflow)
+    wanted = entries_of([row for row in read.rows if row.kind != ENERGY], overflow=overflow, policy=current_policy())
     if current_unallocated_policy() == UnallocatedPolicy.SHARED:
-        wanted += share_unallocated(unallocated=period_unallocated(first, following), entries=wanted, rates=rates)
-    tariffs = [Rate(0, t.valid_from, t.valid_until, t.price_per_kwh)
-               for t in EnergyTariff.objects.filter(valid_from__lt=following)]
-    wanted += price_energy(energy=period_energy(first, following), tariffs=tariffs)
+        wanted += share_unallocated(unallocated=period_unallocated(first, following), entries=wanted,
+                                    rates=rate_cards(first, following))
+    wanted += entries_of([row for row in read.rows if row.kind == ENERGY])
+    unpriced = unpriced_of(read.rows)
     return wanted, pricing_problems(unpriced) if unpriced else []
 
 
@@ -207,7 +159,7 @@ def close_period(*, period: date, user=None, now: datetime | None = None) -> Sta
     closed = Statement.objects.filter(period=first, status=StatementStatus.CLOSED).first()
     if closed is not None:
         return closed
-    usage_process(now=now)  # bring the aggregates up to now before reading them
+    usage_process(now=now, open_before=following)  # bring the period's aggregates up to now before reading them
     problems = completeness_problems(first, following, now=now)
     wanted, unpriced_problems = priced_entries(first, following, now=now)
     problems += unpriced_problems

@@ -237,3 +237,61 @@ class LedgerEntry(models.Model):
 
     def __str__(self) -> str:
         return f"{self.day} {self.team_id} {self.kind} {self.ticks} @ {self.rate}"
+
+
+class PricedDay(models.Model):
+    """One business day's usage of one team, project, GPU model and kind (busy, idle, unmeasured; energy)
+    priced at the rate card (tariff) and charge policy in force, before quota overflow, which depends on
+    the whole quota period and is applied where it is read (``accounting.money.priced_days``). A cache of
+    the daily aggregates: database triggers drop a day's rows when its aggregates, a rate card, a tariff,
+    the charge policy or a GPU's model change; the next read prices the day again."""
+
+    day = models.DateField(_("day"))
+    team = models.ForeignKey("teams.Team", on_delete=models.CASCADE, related_name="+", db_index=False)
+    project = models.ForeignKey("teams.Project", on_delete=models.CASCADE, null=True, blank=True, related_name="+",
+                                db_index=False)
+    gpu_model = models.ForeignKey("cluster.GpuModel", on_delete=models.CASCADE, null=True, blank=True,
+                                  related_name="+", db_index=False)
+    kind = models.CharField(_("kind"), max_length=16, choices=LedgerKind.choices)
+    price = models.DecimalField(_("price"), max_digits=PRICE_DIGITS, decimal_places=PRICE_PLACES, null=True,
+                                blank=True, help_text=_("The rate card's price per card-hour (energy: the tariff's per "
+                                                        "kWh); empty: usage with no price."))
+    rate = models.DecimalField(_("rate"), max_digits=RATE_DIGITS, decimal_places=RATE_PLACES, null=True, blank=True,
+                               help_text=_("The price after the charge policy's factor, as a close books it."))
+    rate_valid_from = models.DateField(_("rate valid from"), null=True, blank=True)
+    ticks = models.BigIntegerField(_("ticks"), help_text=_("Card-hour ticks; energy: millijoules."))
+    amount = models.DecimalField(_("amount"), max_digits=MONEY_DIGITS, decimal_places=MONEY_PLACES, null=True,
+                                 blank=True, help_text=_("The day's ticks × rate, rounded once."))
+
+    class Meta:
+        verbose_name = _("priced day")
+        verbose_name_plural = _("priced days")
+        constraints = [
+            models.UniqueConstraint(fields=["day", "team", "project", "gpu_model", "kind"], nulls_distinct=False,
+                                    name="priced_day_one_row"),
+            models.CheckConstraint(condition=Q(kind__in=["busy", "idle", "unmeasured", "energy"]),
+                                   name="priced_day_kind"),
+            models.CheckConstraint(condition=Q(price__isnull=True, rate__isnull=True, rate_valid_from__isnull=True,
+                                               amount__isnull=True)
+                                   | Q(price__isnull=False, rate__isnull=False, rate_valid_from__isnull=False,
+                                       amount__isnull=False),
+                                   name="priced_day_priced_or_not"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.day} team {self.team_id} {self.kind} {self.ticks} @ {self.rate}"
+
+
+class PricedDayDone(models.Model):
+    """A business day whose :class:`PricedDay` rows are current (a day with no usage has none, so this says
+    it was priced). Dropped, with the rows, by the same triggers."""
+
+    day = models.DateField(_("day"), primary_key=True)
+    priced_at = models.DateTimeField(_("priced at"), help_text=_("The application's clock when it was priced."))
+
+    class Meta:
+        verbose_name = _("priced day done")
+        verbose_name_plural = _("priced days done")
+
+    def __str__(self) -> str:
+        return f"{self.day} priced at {self.priced_at}"

@@ -242,3 +242,73 @@ def share_unallocated(*, unallocated: Mapping[tuple, int], entries: Sequence[Ent
         shared += [Entry(day, team, None, model_id, "unallocated", rate.price, rate.valid_from, part)
                    for team, part in sorted(parts.items()) if part]
     return shared
+
+
+# ---- priced days (issue 18) ---------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class PricedRow:
+    """One business day's usage of a team, project, GPU model and kind as stored priced (a ``PricedDay`` row):
+    ``price`` the rate card's (tariff's), ``rate`` after the charge policy's factor, ``amount`` the day's
+    ticks × rate rounded once; all four None for usage with no rate card."""
+
+    day: date
+    team_id: int
+    project_id: int | None
+    gpu_model_id: int | None
+    kind: str
+    price: Decimal | None
+    rate: Decimal | None
+    rate_valid_from: date | None
+    ticks: int
+    amount: Decimal | None
+
+
+def priced_rows(*, usage: Mapping[tuple, int], energy: Mapping[tuple, int], rates: Sequence[Rate],
+                tariffs: Sequence[Rate], policy: Policy, currency: str) -> list[PricedRow]:
+    """``usage`` (ticks per (day, team, project, GPU model, state) of allocated states) and ``energy``
+    (millijoules per (day, team, project, GPU model)) priced as a close prices them without overflow
+    (:func:`price_usage`, :func:`price_energy`): a row per key, usage with no rate card kept unpriced."""
+    rows = []
+    entries, _unpriced = price_usage(usage=usage, rates=rates, policy=policy)
+    for entry in entries:
+        price = rate_on(rates, entry.gpu_model_id, entry.day).price
+        rows.append(_row(entry, price, currency))
+    priced = {(e.day, e.team_id, e.project_id, e.gpu_model_id, e.kind) for e in entries}
+    rows += [PricedRow(day, team_id, project_id, model_id, KIND_OF_STATE[state], None, None, None, ticks, None)
+             for (day, team_id, project_id, model_id, state), ticks in usage.items()
+             if ticks and (day, team_id, project_id, model_id, KIND_OF_STATE[state]) not in priced]
+    rows += [_row(entry, entry.rate, currency) for entry in price_energy(energy=energy, tariffs=tariffs)]
+    return rows
+
+
+def _row(entry: Entry, price: Decimal, currency: str) -> PricedRow:
+    return PricedRow(entry.day, entry.team_id, entry.project_id, entry.gpu_model_id, entry.kind, price, entry.rate,
+                     entry.rate_valid_from, entry.ticks, line_amount(entry.ticks, entry.rate, currency, entry.kind))
+
+
+def entries_of(rows: Iterable[PricedRow], *, overflow: Mapping[tuple, int] | None = None,
+               policy: Policy = Policy()) -> list[Entry]:
+    """The entries a close books for priced ``rows``: :func:`price_usage`'s and :func:`price_energy`'s, with
+    the part of each usage row in ``overflow`` (ticks per (day, team, project, GPU model, state)) billed as
+    ``overflow`` at the rate card's price × the overflow multiplier. Unpriced rows have no entry."""
+    overflow = overflow or {}
+    entries = []
+    for row in sorted(rows, key=lambda r: (str(r.day), r.team_id, r.project_id or 0, r.gpu_model_id or 0, r.kind)):
+        if row.price is None:
+            continue
+        over = 0 if row.kind == ENERGY else min(overflow.get(
+            (row.day, row.team_id, row.project_id, row.gpu_model_id, row.kind), 0), row.ticks)
+        if row.ticks - over:
+            entries.append(Entry(row.day, row.team_id, row.project_id, row.gpu_model_id, row.kind, row.rate,
+                                 row.rate_valid_from, row.ticks - over))
+        if over:
+            entries.append(Entry(row.day, row.team_id, row.project_id, row.gpu_model_id, "overflow",
+                                 row.price * policy.overflow_multiplier, row.rate_valid_from, over))
+    return entries
+
+
+def unpriced_of(rows: Iterable[PricedRow]) -> list[tuple[int | None, date]]:
+    """The (GPU model, day) pairs with usage but no rate card, as :func:`price_usage` gives them."""
+    return sorted({(row.gpu_model_id, row.day) for row in rows if row.price is None},
+                  key=lambda pair: (pair[1], pair[0] or 0))

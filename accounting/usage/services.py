@@ -6,7 +6,8 @@ statuses, kept up to date incrementally, and recomputed for any range on demand.
   under a per-day advisory lock: running it twice, or twice at once, leaves the same rows.
 - :func:`usage_process` (Celery, every few minutes) recomputes the days that the database triggers
   marked (late samples, late or changed jobs, changed bookings, status changes) and the open days
-  (from the previous run's day to today: running jobs grow without a write).
+  (from the previous run's day to today: running jobs grow without a write), then prices them again
+  (``accounting.money.priced_days``: rewriting a day's rows dropped its priced rows).
 - :func:`usage_recompute` rebuilds a range (``manage.py recompute_usage``).
 """
 
@@ -19,7 +20,8 @@ from datetime import date, datetime, timedelta
 
 from django.conf import settings
 from django.db import connection, transaction
-from django.db.models import Q
+from django.db.models import Q, Value
+from django.db.models.functions import Coalesce, Greatest
 from django.utils import timezone
 
 from accounting.models import (
@@ -31,6 +33,7 @@ from accounting.models import (
     UsageAggregateState,
     UsageDirty,
 )
+from accounting.money.priced_days import price_days
 from accounting.usage.detail import refinements, write_holders, write_hourly, write_model_sums
 from accounting.usage.failures import UsageFailures
 from accounting.usage.inputs import counted_allocations, gpu_windows, physical_gpus
@@ -112,22 +115,31 @@ def usage_of_window(*, start: datetime, end: datetime, now: datetime, gpu_ids: S
 def unplaced_of_window(*, start: datetime, end: datetime, now: datetime, holders: Counter | None = None) -> Counter:
     """Ticks per (team, project, GPU model) of unplaced allocations over ``[start, end)``, up to ``now``.
     With ``holders``, also adds them per (None, ("job", id), "unmeasured", team, project) to it."""
-    end = min(end, now)
-    out: Counter[UnplacedKey] = Counter()
-    if end <= start:
+    return unplaced_of_windows(windows=[(start, end)], now=now, holders=holders)[0]
+
+
+def unplaced_of_windows(*, windows: Sequence[tuple[datetime, datetime]], now: datetime,
+                        holders: Counter | None = None) -> list[Counter]:
+    """:func:`unplaced_of_window` of each of ``windows`` (in order), from one read of the allocations."""
+    spans = [(start, min(end, now)) for start, end in windows]
+    out: list[Counter[UnplacedKey]] = [Counter() for _window in spans]
+    live = [(start, end) for start, end in spans if end > start]
+    if not live:
         return out
+    lo, hi = min(start for start, _end in live), max(end for _start, end in live)
     rows = (
-        counted_allocations().filter(gpu__isnull=True, start__lt=end, job__team__isnull=False)
-        .filter(Q(end__isnull=True) | Q(end__gt=start))
+        counted_allocations().filter(gpu__isnull=True, start__lt=hi, job__team__isnull=False)
+        .filter(Q(end__isnull=True) | Q(end__gt=lo))
         .values_list("share", "start", "end", "job__team_id", "job__project_id", "gpu_model_id", "job__gpu_model_id",
                      "job_id")
     )
     for share, begin, finish, team_id, project_id, model_id, job_model_id, job_id in rows:
-        seconds = epoch(min(finish or end, end)) - epoch(max(begin, start))
-        if seconds > 0:
-            out[(team_id, project_id, model_id or job_model_id)] += share * seconds
-            if holders is not None:
-                holders[(None, ("job", job_id), UNMEASURED, team_id, project_id)] += share * seconds
+        for index, (start, end) in enumerate(spans):
+            seconds = epoch(min(finish or end, end)) - epoch(max(begin, start))
+            if seconds > 0:
+                out[index][(team_id, project_id, model_id or job_model_id)] += share * seconds
+                if holders is not None:
+                    holders[(None, ("job", job_id), UNMEASURED, team_id, project_id)] += share * seconds
     return out
 
 
@@ -233,8 +245,12 @@ def _days_to_redo(marks: Iterable[tuple], now: datetime) -> tuple[dict[date, set
     return by_day, unplaced
 
 
-def usage_process(*, now: datetime | None = None, batch: int = 20_000) -> dict:
+def usage_process(*, now: datetime | None = None, batch: int = 20_000, open_before: date | None = None) -> dict:
     """Recompute what the triggers marked and the open days. Returns counts; rerunnable.
+
+    With ``open_before`` (a month close: the days after its period do not matter to it), open days from
+    that business day on are left to the next run (days marked there are still redone, for their GPUs);
+    the run then counts as complete to that day's start, never moving ``aggregated_to`` back.
 
     Each unit (a day's GPUs, the day's unplaced usage) is aggregated in its own savepoint: one that fails
     is retried GPU by GPU, a GPU that still fails keeps its old rows, gets an alert naming it and the
@@ -245,6 +261,10 @@ def usage_process(*, now: datetime | None = None, batch: int = 20_000) -> dict:
     open_from = business_day_of(max(state.aggregated_to or now, WINDOW_START))
     today = business_today(now=now)
     open_days = [open_from + timedelta(days=n) for n in range((today - open_from).days + 1)]
+    complete_to = now
+    if open_before is not None and open_days and open_days[-1] >= open_before:
+        open_days = [day for day in open_days if day < open_before]
+        complete_to = min(now, business_day_bounds(open_before)[0])
     failures = UsageFailures(now=now)
     redone: set[date] = set()
     marks_done = 0
@@ -265,7 +285,12 @@ def usage_process(*, now: datetime | None = None, batch: int = 20_000) -> dict:
         _aggregate_isolated(day=day, now=now, gpu_ids=None, unplaced=True, failures=failures)
     failures.mark_again()
     bad_jobs = failures.report_bad_jobs()
-    UsageAggregateState.objects.filter(id=1).update(aggregated_to=now)
+    price_days(redone | set(open_days), now=now)  # the days just redone lost their priced rows (triggers)
+    if complete_to == now:
+        UsageAggregateState.objects.filter(id=1).update(aggregated_to=now)
+    else:
+        UsageAggregateState.objects.filter(id=1).update(
+            aggregated_to=Greatest(Coalesce("aggregated_to", Value(complete_to)), Value(complete_to)))
     return {"marks": marks_done, "days_redone": len(redone), "open_days": len(open_days),
             "failed": failures.count, "bad_jobs": bad_jobs}
 
