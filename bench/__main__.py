@@ -2,7 +2,7 @@
 the same run where one exists. Runs against a scratch database ``cardhour_bench`` on the embedded
 PostgreSQL (or on DATABASE_URL's server), migrated fresh and dropped afterwards.
 
-    python -m bench [--records N] [--only collector,rollup,agent,jobs,bookings,usage,close,boards]
+    python -m bench [--records N] [--close-gpus 1000,10000] [--only collector,rollup,agent,jobs,bookings,usage,close,boards]
 
 ``boards`` times the daily board at 1,000 GPUs, then at 10,000 (``boards-10k`` alone: the second only).
 """
@@ -18,6 +18,8 @@ import time
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__.split("\n\n")[0])
     parser.add_argument("--records", type=int, default=1_000_000, help="records for the collector and rollup runs")
+    parser.add_argument("--close-gpus", default="1000,10000",
+                        help="comma-separated fleet sizes for the month close (each beside its own GROUP BY)")
     parser.add_argument("--only", default="collector,rollup,agent,jobs,bookings,usage,close,boards", help="comma-separated subset")
     args = parser.parse_args(argv)
     only = set(args.only.split(","))
@@ -86,14 +88,11 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  by {by:<4} ({r[f'by_{by}_rows']:>5,} rows)  {r[f'by_{by}_s'] * 1000:8.1f} ms  "
                   f"GROUP BY {r[f'by_{by}_baseline_s'] * 1000:8.1f} ms  report / it = {r[f'by_{by}_vs_baseline']:.1f}")
     if "close" in only:
-        from bench.close import bench_close
+        from bench.close import bench_close, print_close
 
-        results["close"] = r = bench_close()
-        print(f"\nmonth close from daily aggregates ({r['daily_rows']:,} rows: {r['gpus']:,} GPUs, {r['teams']} teams, "
-              f"{r['days']} days, 5 teams over quota; median of 3)")
-        print(f"  close_period             {r['close_s']:8.2f} s  ({r['entries']:,} ledger entries, "
-              f"{r['overflow_entries']:,} overflow)")
-        print(f"  one GROUP BY over it     {r['group_by_s'] * 1000:8.1f} ms  close / it = {r['close_vs_group_by']:.0f}")
+        sizes = [int(size) for size in args.close_gpus.split(",")]
+        results["close"] = [bench_close(gpus=gpus, runs=3 if gpus <= 1000 else 1) for gpus in sizes]
+        print_close(results["close"])
     if "boards" in only:
         from bench.boards import bench_boards, print_boards
 

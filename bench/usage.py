@@ -173,8 +173,9 @@ def bench_usage_day() -> dict:
 # Per GPU and day: a first team 6–14 h, a second team 0–8 h, each busy / idle / unmeasured; down 2 h on one
 # GPU-day in fifty; the rest unallocated. Whole seconds × 840,000 ticks, adding up to the day exactly.
 _MONTH_USAGE = f"""
-INSERT INTO {DAILY_USAGE} (day, gpu_id, state, team_id, project_id, ticks)
-SELECT p.day, p.gpu_id, s.state, s.team_id, s.project_id, s.seconds::bigint * 840000
+INSERT INTO {DAILY_USAGE} (day, gpu_id, state, team_id, project_id, ticks, sm_ticks, shallow_ticks, low_power_ticks,
+                            memory_held_ticks)
+SELECT p.day, p.gpu_id, s.state, s.team_id, s.project_id, s.seconds::bigint * 840000, 0, 0, 0, 0
 FROM (
     SELECT d::date AS day, g.id AS gpu_id, k, n,
            (%(teams)s::bigint[])[1 + (k + n) %% 20] AS team1, (%(projects)s::bigint[])[1 + (k + n) %% 20] AS project1,
