@@ -13,7 +13,7 @@ CHAOS_ARGS ?=
 # Moments (UTC) of the moved-clock run; `make test-clock FAKETIME_AT="2026-12-31 23:30:00"` runs one.
 FAKETIME_AT ?=
 
-.PHONY: install demo test test-clock lint browser-deps messages bench chaos load clean
+.PHONY: install demo test test-clock lint browser-deps messages bench chaos load soak clean
 
 install: $(STAMP)
 
@@ -55,6 +55,12 @@ chaos: install
 # for 3 minutes (LOAD_ARGS="--minutes 10 --users 100" for another). Logs and Locust's CSVs in var/load/run.
 load: install
 	$(BIN)/python -m bench.load $(LOAD_ARGS)
+
+# The fleet soak of issue 18 (bench/soak.py): 1,250 simulated nodes × 8 GPUs every 10 s (1,000 records/s), collected
+# every 30 s, for 30 minutes on loopback (about 35 minutes in all). SOAK_ARGS="--minutes 5" for a shorter one,
+# "--workers 2" to compare collection with two worker processes. Logs in var/soak/run.
+soak: install
+	$(BIN)/python -m bench.soak $(SOAK_ARGS)
 
 messages: install
 	$(BIN)/python manage.py makemessages -l zh_Hans --no-obsolete --ignore=.venv --ignore=var --ignore=tests

@@ -4,7 +4,9 @@ processes of ``make demo`` (gunicorn, Celery worker(s), beat) on loopback and fr
 that every record the agents produced was stored once.
 
 A run's processes are started in sessions of their own and stopped whole (``stop_all``); their logs are
-``<run_dir>/<name>.log``.
+``<run_dir>/<name>.log``. CPU and memory of a process and its descendants are read from /proc.
+
+Long because both runs share every step, from the scratch database to reading /proc.
 """
 
 from __future__ import annotations
@@ -314,3 +316,91 @@ def percentile(values: list[float], share: float) -> float:
         return float("nan")
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(share * len(ordered)))]
+
+
+# ---- CPU and memory of the processes, from /proc ---------------------------------------------------------
+
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+def process_table() -> dict[int, tuple[int, float]]:
+    """pid → (parent pid, CPU seconds of the process and of its reaped children), for every process."""
+    table = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as handle:
+                fields = handle.read().rpartition(")")[2].split()
+        except OSError:
+            continue  # gone meanwhile
+        # After the command's ")": state, ppid, …, utime (14th field of stat), stime, cutime, cstime.
+        table[int(entry)] = (int(fields[1]), sum(int(value) for value in fields[11:15]) / CLOCK_TICKS)
+    return table
+
+
+def process_tree(root: int, table: dict[int, tuple[int, float]]) -> list[int]:
+    """``root`` and its descendants alive in ``table``."""
+    children: dict[int, list[int]] = {}
+    for pid, (parent, _cpu) in table.items():
+        children.setdefault(parent, []).append(pid)
+    tree, todo = [], [root] if root in table else []
+    while todo:
+        pid = todo.pop()
+        tree.append(pid)
+        todo.extend(children.get(pid, []))
+    return tree
+
+
+def tree_cpu_s(root: int, table: dict[int, tuple[int, float]]) -> float:
+    """CPU seconds of a process tree: of the live processes and of the children they reaped (so a backend
+    or pool process that exited still counts, through its parent)."""
+    return sum(table[pid][1] for pid in process_tree(root, table))
+
+
+def tree_memory_mib(root: int, table: dict[int, tuple[int, float]]) -> float:
+    """Proportional set size of a process tree (MiB): shared pages (PostgreSQL's shared buffers, a prefork
+    pool's copy-on-write) counted once between their sharers, not once per process as RSS would."""
+    total_kib = 0
+    for pid in process_tree(root, table):
+        try:
+            with open(f"/proc/{pid}/smaps_rollup") as handle:
+                total_kib += next(int(line.split()[1]) for line in handle if line.startswith("Pss:"))
+        except (OSError, StopIteration):
+            continue
+    return total_kib / 1024
+
+
+def server_pids() -> dict[str, int]:
+    """The PostgreSQL postmaster (the parent of this connection's backend) and redis-server, where they run on
+    this machine (a CI service container's are not ours to read)."""
+    import redis
+    from django.db import connection
+
+    pids = {}
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_backend_pid()")
+        backend = cursor.fetchone()[0]
+    postmaster = _parent_named(backend, "postgres")
+    if postmaster:
+        pids["PostgreSQL"] = postmaster
+    redis_pid = redis.Redis.from_url(os.environ["REDIS_URL"]).info("server").get("process_id")
+    if redis_pid and _command_name(redis_pid).startswith("redis"):
+        pids["Redis"] = int(redis_pid)
+    return pids
+
+
+def _command_name(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/comm") as handle:
+            return handle.read().strip()
+    except OSError:
+        return ""
+
+
+def _parent_named(pid: int, name: str) -> int | None:
+    if not _command_name(pid).startswith(name):
+        return None
+    with open(f"/proc/{pid}/stat") as handle:
+        parent = int(handle.read().rpartition(")")[2].split()[1])
+    return parent if _command_name(parent).startswith(name) else None
