@@ -1,7 +1,9 @@
 """The one path by which samples enter the database: collected pages and imported CSV alike.
 
 Records arrive as JSON lines (one record object per line, the agent's NDJSON page). They are
-``COPY``-ed as text into a session-local staging table; then one SQL statement validates each record
+``COPY``-ed as text into a session-local staging table, in a ``json`` column (its input only checks the
+syntax: building ``jsonb`` there cost as much again, measured by ``make bench``, issue 18, and every field
+is read once later anyway); then one SQL statement validates each record
 (the first failing rule becomes its rejection reason), inserts the good ones into the ``Sample`` table
 with ``ON CONFLICT DO NOTHING`` (a repeated record changes nothing), and marks the minute buckets the
 newly stored records cover dirty for the rollups. No per-record Python runs on this path: PostgreSQL
@@ -10,11 +12,11 @@ whole COPY; see ``make bench``).
 
 Two forms of the statement share everything but how fields are read:
 
-- the *typed* form reads each record once with ``jsonb_to_record`` and checks ranges on typed
+- the *typed* form reads each record once with ``json_to_record`` and checks ranges on typed
   columns. A value of the wrong JSON type (``"busy"`` for a utilization, ``12.5`` for a count) makes
   PostgreSQL raise, so it runs in a savepoint;
 - the *checked* form, used only when the typed one raised, tests every field's JSON type before any
-  cast, so every record gets a reason instead of the page an error.
+  cast (on the records as ``jsonb``), so every record gets a reason instead of the page an error.
 
 Numeric strings (``"50"``) pass the typed form as numbers; the checked form, reached only through a
 page with a real type error, refuses them. Both are documented behaviour, not a difference in what is
@@ -51,7 +53,7 @@ DIRTY = DirtyBucket._meta.db_table
 
 # A session-local staging table, emptied before each use (a caller's outer transaction may span pages).
 STAGING_DDL = (
-    "CREATE TEMP TABLE IF NOT EXISTS sample_staging (rec jsonb) ON COMMIT DELETE ROWS; TRUNCATE sample_staging"
+    "CREATE TEMP TABLE IF NOT EXISTS sample_staging (rec json) ON COMMIT DELETE ROWS; TRUNCATE sample_staging"
 )
 # CSV with quote and delimiter bytes that valid JSON text never contains (JSON escapes control
 # characters): each line reaches PostgreSQL untouched, whatever backslashes or quotes it holds.
@@ -111,14 +113,14 @@ TYPED_CHECKED = f"""
     SELECT g.id AS gpu_id, r.seq, r.line, r.ts, {", ".join(f"r.{c}" for c in VALUE_COLUMNS)},
            NULLIF(NULLIF(r.processes, 'null'::jsonb), '[]'::jsonb) AS processes,
            CASE
-               WHEN jsonb_typeof(s.rec) <> 'object' THEN 'record: not a JSON object'
+               WHEN json_typeof(s.rec) <> 'object' THEN 'record: not a JSON object'
                WHEN r.seq IS NULL AND %(need_seq)s THEN 'seq: missing or not a number'
                {" ".join(_missing_rule(name, f"r.{name} IS NULL") for name in REQUIRED_FIELDS)}
                {" ".join(_common_rules("r.", "g.id"))}
                WHEN r.processes IS NOT NULL AND jsonb_typeof(r.processes) NOT IN ('array', 'null') THEN 'processes: not a list'
            END AS reason
     FROM sample_staging s
-    CROSS JOIN LATERAL jsonb_to_record(CASE WHEN jsonb_typeof(s.rec) = 'object' THEN s.rec ELSE '{{}}'::jsonb END)
+    CROSS JOIN LATERAL json_to_record(CASE WHEN json_typeof(s.rec) = 'object' THEN s.rec ELSE '{{}}'::json END)
         AS r({TYPED_COLUMNS})
     LEFT JOIN {GPU} g ON g.uuid = r.gpu_uuid AND (%(node_id)s::bigint IS NULL OR g.node_id = %(node_id)s)
 """
@@ -164,7 +166,7 @@ CHECKED_CHECKED = f"""
                {", ".join(f"{_json_number(c, 'float8' if c in FLOAT_FIELDS else 'bigint')} AS {c}" for c in VALUE_COLUMNS)},
                CASE WHEN jsonb_typeof(rec->'processes') = 'array' AND rec->'processes' <> '[]'::jsonb
                     THEN rec->'processes' END AS processes
-        FROM sample_staging s
+        FROM (SELECT rec::jsonb AS rec FROM sample_staging) s
         LEFT JOIN {GPU} g ON g.uuid = s.rec->>'gpu_uuid' AND (%(node_id)s::bigint IS NULL OR g.node_id = %(node_id)s)
     ) typed
 """

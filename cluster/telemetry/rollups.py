@@ -41,7 +41,7 @@ from cluster.telemetry.dirty_marks import (
     insert_samples_marking_dirty,
     mark_dirty_range,
 )
-from cluster.telemetry.partitions import partitions_prune
+from cluster.telemetry.partitions import partitions_add, partitions_prune
 from cluster.telemetry.rollup_math import GPM_COVERAGE_FIELD, GPM_MEANS
 
 SAMPLE = Sample._meta.db_table
@@ -380,6 +380,8 @@ def bench_rollup(n_records: int = 1_000_000, *, gpus: int = 1000, interval_s: in
             LIMIT %(n)s
         """
         params = {"start": start, "interval": interval_s, "gpu_ids": gpu_ids, "per_gpu": per_gpu, "n": n_records}
+        last_day = (start + timedelta(seconds=per_gpu * interval_s)).date()
+        partitions_add([start.date() + timedelta(days=k) for k in range((last_day - start.date()).days + 1)])
         began = time.perf_counter()
         with connection.cursor() as cursor:
             inserted, marked = insert_samples_marking_dirty(cursor, source_sql=source, params=params)
