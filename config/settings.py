@@ -3,6 +3,9 @@
 Required in production: ``DATABASE_URL``, ``REDIS_URL``, ``SECRET_KEY``, ``FIELD_ENCRYPTION_KEY``.
 ``make demo``, ``manage.py`` and the test session fill them from the embedded servers
 (``config/embedded.py``); this module never starts anything.
+
+Long because every setting is read here once, each with its rule, default and reason (STYLE.md: one
+env-driven settings module); split by topic it would scatter what an operator reads in one place.
 """
 
 from __future__ import annotations
