@@ -20,15 +20,18 @@ operation. The seed is fixed, so a run is repeatable; ``CARDHOUR_CONTRACT_SEED``
 import json
 import os
 import zlib
+from contextlib import contextmanager
 from datetime import date, timedelta
 from decimal import Decimal
 
 import pytest
 import schemathesis
+from django.contrib.auth import get_user_model
+from django.contrib.auth.models import Group
 from django.core import signals
 from django.core.wsgi import get_wsgi_application
-from django.db import close_old_connections
-from django.test import RequestFactory
+from django.db import close_old_connections, transaction
+from django.test import RequestFactory, override_settings
 from django.urls import resolve
 from django.utils import timezone
 from hypothesis import HealthCheck, settings
@@ -40,11 +43,13 @@ from accounting.money.close import close_period
 from accounting.money.services import energy_tariff_save, quota_save, rate_card_save
 from cluster.bookings.services import booking_create
 from cluster.jobs.services import JobInput, job_upsert
-from cluster.models import CollectionState, Gpu
-from teams.models import ApiToken, Membership, Project
+from cluster.models import CollectionState, Gpu, GpuModel, Node
+from teams.models import ApiToken, Membership, Project, Team
+from teams.roles import ADMIN_GROUP, FINANCE_GROUP, TeamRole
 from tests.conftest import T0
 
 NOW = T0 + timedelta(days=3, hours=8)  # Thursday 5 November 2026, 08:00 UTC: the API's clock in this module
+ROLES = ("admin", "lead", "engineer")
 ADMIN_EXAMPLES = 6  # random requests per operation as the admin, after the coverage phase's
 MEMBER_EXAMPLES = 8  # random requests per operation as the lead and as the engineer
 
@@ -77,36 +82,54 @@ ADMIN_CONTRACT = contract(coverage=True)
 MEMBER_CONTRACT = contract(coverage=False)
 
 
-@pytest.fixture
-def keep_the_test_transaction():
+@contextmanager
+def requests_keep_the_transaction():
     """The WSGI handler closes the database connection when a request ends, which would end the test's
     transaction: Django's test client disconnects that handler the same way while it sends a request."""
     signals.request_started.disconnect(close_old_connections)
     signals.request_finished.disconnect(close_old_connections)
-    yield
-    signals.request_started.connect(close_old_connections)
-    signals.request_finished.connect(close_old_connections)
+    try:
+        yield
+    finally:
+        signals.request_started.connect(close_old_connections)
+        signals.request_finished.connect(close_old_connections)
 
 
-@pytest.fixture
-def bad_tokens_allowed(settings):
-    """Schemathesis's ignored_auth check resends requests with no token and a wrong one, all from one
-    address: past the failure limit that address would be answered 429 for everything that follows."""
-    settings.API_TOKEN_FAILURE_LIMIT = 10**6
+@pytest.fixture(scope="module")
+def cast(django_db_setup, django_db_blocker):
+    """Rows of every kind the API serves, in both teams, made once for the module through the services and
+    kept in an outer transaction; each test runs in a savepoint inside it (pytest-django's ``db``), so its
+    writes roll back and the next operation finds the cast as it was. The API's clock reads :data:`NOW`.
+    Schemathesis's ignored_auth check resends requests with no token and a wrong one, all from one address:
+    the failure limit is lifted, or that address would be answered 429 for everything that follows."""
+    with (django_db_blocker.unblock(), transaction.atomic(), pytest.MonkeyPatch.context() as patch,
+          override_settings(API_TOKEN_FAILURE_LIMIT=10**6), requests_keep_the_transaction()):
+        patch.setattr(timezone, "now", lambda: NOW)
+        yield make_cast()
+        transaction.set_rollback(True)
 
 
-@pytest.fixture
-def clock(monkeypatch):
-    monkeypatch.setattr(timezone, "now", lambda: NOW)
-    return NOW
-
-
-@pytest.fixture
-def cast(keep_the_test_transaction, bad_tokens_allowed, clock, admin_user, finance_user, lead_a, engineer_a, lead_b,
-         team_a, team_b, small_cluster):
-    """Rows of every kind the API serves, in both teams, made through the services; October closed."""
-    h200, l40s = small_cluster["h200"], small_cluster["l40s"]
-    alpha_pre, beta_vision = Project.objects.get(slug="alpha-pre"), Project.objects.get(slug="beta-vision")
+def make_cast() -> dict:
+    User = get_user_model()
+    team_a = Team.objects.create(name="Team Alpha", slug="alpha", cost_centre="CC-A1")
+    team_b = Team.objects.create(name="Team Beta", slug="beta", cost_centre="CC-B2")
+    alpha_pre = Project.objects.create(team=team_a, name="Alpha pretraining", slug="alpha-pre")
+    beta_vision = Project.objects.create(team=team_b, name="Beta vision", slug="beta-vision")
+    users = {role: User.objects.create_user(f"contract-{role}") for role in ("admin", "finance", "lead", "engineer")}
+    users["admin"].groups.add(Group.objects.get_or_create(name=ADMIN_GROUP)[0])
+    users["finance"].groups.add(Group.objects.get_or_create(name=FINANCE_GROUP)[0])
+    Membership.objects.create(user=users["lead"], team=team_a, role=TeamRole.LEAD)
+    Membership.objects.create(user=users["engineer"], team=team_a, role=TeamRole.ENGINEER)
+    lead_b = User.objects.create_user("contract-lead-b")
+    Membership.objects.create(user=lead_b, team=team_b, role=TeamRole.LEAD)
+    h200 = GpuModel.objects.create(name="NVIDIA H200", short_name="H200", memory_mib=143771)
+    l40s = GpuModel.objects.create(name="NVIDIA L40S", short_name="L40S", memory_mib=46068)
+    for hostname, pool, model in (("h200-a", "train", h200), ("h200-b", "train", h200), ("l40s-a", "infer", l40s)):
+        node = Node.objects.create(hostname=hostname, pool=pool)
+        CollectionState.objects.create(node=node, data_complete_to=NOW)
+        for index in range(2):
+            Gpu.objects.create(node=node, index=index, uuid=f"GPU-{hostname}-{index}", model=model,
+                               memory_mib=model.memory_mib)
     h200_a = list(Gpu.objects.filter(node__hostname="h200-a").order_by("index"))
     jobs = [
         job_upsert(JobInput(source="slurm", external_id="1001", start_time=T0 + timedelta(hours=1), team=team_a,
@@ -117,33 +140,30 @@ def cast(keep_the_test_transaction, bad_tokens_allowed, clock, admin_user, finan
                             state="running", name="vision"))[0],
     ]
     bookings = [
-        booking_create(user=lead_a, team=team_a, start=NOW + timedelta(hours=2), end=NOW + timedelta(hours=6),
-                       gpu_model=h200, count=1, project=alpha_pre, now=NOW),
+        booking_create(user=users["lead"], team=team_a, start=NOW + timedelta(hours=2),
+                       end=NOW + timedelta(hours=6), gpu_model=h200, count=1, project=alpha_pre, now=NOW),
         booking_create(user=lead_b, team=team_b, start=NOW + timedelta(days=1), end=NOW + timedelta(days=1, hours=4),
                        gpu_model=h200, count=1, now=NOW),
     ]
+    finance = users["finance"]
     november, december = date(2026, 11, 1), date(2026, 12, 1)
     quotas = [
-        quota_save(user=finance_user, team=team_a, gpu_model=h200, period_start=november, expires=december,
+        quota_save(user=finance, team=team_a, gpu_model=h200, period_start=november, expires=december,
                    card_hours=Decimal(100)),
-        quota_save(user=finance_user, team=team_b, gpu_model=None, period_start=november, expires=december,
+        quota_save(user=finance, team=team_b, gpu_model=None, period_start=november, expires=december,
                    card_hours=Decimal(50)),
     ]
     cards = [
-        rate_card_save(user=finance_user, gpu_model=h200, valid_from=november, valid_until=None,
+        rate_card_save(user=finance, gpu_model=h200, valid_from=november, valid_until=None,
                        price_per_card_hour=Decimal("18.50")),
-        rate_card_save(user=finance_user, gpu_model=l40s, valid_from=november, valid_until=None,
+        rate_card_save(user=finance, gpu_model=l40s, valid_from=november, valid_until=None,
                        price_per_card_hour=Decimal(6)),
     ]
-    tariff = energy_tariff_save(user=finance_user, valid_from=november, valid_until=None,
-                                price_per_kwh=Decimal("0.85"))
-    for node in small_cluster["nodes"]:
-        CollectionState.objects.create(node=node, data_complete_to=NOW)
-    october = close_period(period=date(2026, 10, 1), user=finance_user, now=NOW)
-    users = {"admin": admin_user, "lead": lead_a, "engineer": engineer_a}
-    tokens = {role: ApiToken.issue(user=user, name=f"contract {role}") for role, user in users.items()}
+    tariff = energy_tariff_save(user=finance, valid_from=november, valid_until=None, price_per_kwh=Decimal("0.85"))
+    october = close_period(period=date(2026, 10, 1), user=finance, now=NOW)
+    tokens = {role: ApiToken.issue(user=users[role], name=f"contract {role}")[1] for role in ROLES}
     # Tokens the fuzzing may revoke: each user's second one (revoking the caller's own would end the run).
-    spare = [ApiToken.issue(user=user, name=f"spare {role}")[0] for role, user in users.items()]
+    spare = [ApiToken.issue(user=users[role], name=f"spare {role}")[0] for role in ROLES]
     keys = {
         "bookings": [b.pk for b in bookings],
         "energy-tariffs": [tariff.pk],
@@ -160,7 +180,7 @@ def cast(keep_the_test_transaction, bad_tokens_allowed, clock, admin_user, finan
         "teams": [team_a.slug, team_b.slug],
         "tokens": [token.pk for token in spare],
     }
-    return {"users": users, "tokens": {role: raw for role, (_token, raw) in tokens.items()}, "keys": keys}
+    return {"tokens": tokens, "keys": keys}
 
 
 def existing_keys(case, cast) -> list:
