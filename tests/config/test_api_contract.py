@@ -2,7 +2,7 @@
 sends every operation generated requests, valid and invalid, through the WSGI app in-process (no server, no
 port), as an admin, a team lead and an engineer, each with a real bearer token, against the test database
 seeded with a small realistic cast (two teams and their projects, GPU models, nodes and GPUs, jobs,
-bookings, quotas, rate cards and an energy tariff). Every check Schemathesis has runs: no 5xx; every status,
+bookings, quotas, rate cards, an energy tariff and October's statement). Every check Schemathesis has runs: no 5xx; every status,
 content type, header and body as the schema documents it; invalid input refused with a 4xx, valid input not
 (less the refusals by rules no schema can state, listed below with their reasons).
 
