@@ -8,6 +8,7 @@ from django.utils.translation import gettext_lazy as _
 
 from cluster.inventory.models import Gpu, GpuModel
 from core.choices import ColouredChoices
+from core.timewindow import validate_in_window
 
 
 class JobSource(models.TextChoices):
@@ -80,6 +81,10 @@ class Job(models.Model):
         validators=[MinValueValidator(0)],
     )
     data_ready = models.BooleanField(_("data ready"), null=True, blank=True)
+    data_ready_at = models.DateTimeField(
+        _("data ready at"), null=True, blank=True, validators=[validate_in_window],
+        help_text=_("When the job's input data is (or was) ready; empty: unknown, or ready from the start."),
+    )
     state = models.CharField(_("state"), max_length=16, choices=JobState.choices, default=JobState.PENDING)
     submit_time = models.DateTimeField(_("submitted"), null=True, blank=True)
     start_time = models.DateTimeField(_("started"), null=True, blank=True)

@@ -152,8 +152,8 @@ class JobSerializer(WindowedModelSerializer):
         model = Job
         fields = [
             "id", "source", "job_id", "name", "user", "team", "project", "account", "partition", "priority",
-            "gpu_count", "gpu_model", "estimated_card_hours", "data_ready", "state", "submit_time",
-            "start_time", "end_time", "node_list", "allocations",
+            "gpu_count", "gpu_model", "estimated_card_hours", "data_ready", "data_ready_at", "state",
+            "submit_time", "start_time", "end_time", "node_list", "allocations",
         ]
         read_only_fields = fields
 
@@ -233,6 +233,11 @@ class JobWriteSerializer(JsonText, InventoryNameFields, serializers.Serializer):
         error_messages={"min_value": _("Estimated card-hours must not be negative.")},
     )
     data_ready = serializers.BooleanField(required=False, allow_null=True)
+    data_ready_at = AwareDateTimeField(
+        required=False, allow_null=True,
+        help_text=_("When the job's input data is (or was) ready; may lie ahead. Empty: unknown, or ready from "
+                    "the start."),
+    )
     state = serializers.ChoiceField(choices=JobState.choices, required=False)
     submit_time = AwareDateTimeField(required=False, allow_null=True)
     start_time = AwareDateTimeField(

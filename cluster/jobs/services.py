@@ -20,7 +20,7 @@ from core.units import TICKS_PER_GPU_SECOND
 
 JOB_FIELDS = (
     "name", "user", "team", "project", "account", "partition", "priority", "gpu_count", "gpu_model",
-    "estimated_card_hours", "data_ready", "state", "submit_time", "end_time", "node_list",
+    "estimated_card_hours", "data_ready", "data_ready_at", "state", "submit_time", "end_time", "node_list",
 )
 
 
@@ -65,6 +65,7 @@ class JobInput:
     gpu_model: GpuModel | None = None
     estimated_card_hours: Decimal | None = None
     data_ready: bool | None = None
+    data_ready_at: datetime | None = None  # when its input data is (or was) ready; may lie ahead of now
     state: str = JobState.PENDING
     submit_time: datetime | None = None
     end_time: datetime | None = None
@@ -88,7 +89,7 @@ class JobInput:
             problems["team"] = "is required"
         if self.project is not None and self.team is not None and self.project.team_id != self.team.pk:
             problems["project"] = "belongs to another team"
-        for name in JOB_TIME_FIELDS:
+        for name in (*JOB_TIME_FIELDS, "data_ready_at"):
             moment = getattr(self, name)
             if moment is not None and not in_window(moment):
                 problems[name] = f"is outside the supported window {WINDOW_TEXT}"

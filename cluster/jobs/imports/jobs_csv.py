@@ -13,7 +13,9 @@ Choices of the generic CSV, beyond DESIGN.md §3:
   ``gpu_count`` is unplaced. A ``node`` without indices: unplaced, of the node's GPU model when the row
   names none.
 - times lie in the supported window and at most a day after now (core.timewindow.check_job_time).
-- optional extra columns: ``name, account, partition, data_ready`` (true/false/1/0/yes/no).
+- optional extra columns: ``name, account, partition, data_ready`` (true/false/1/0/yes/no) and
+  ``data_ready_at`` (when the input data is or was ready, as the times are written; in the supported window
+  but, unlike the job's times, free to lie ahead of now).
 - ``state`` is one of JobState's values, any case. A run that ended (not pending or running) but has
   a start and no end is refused: its allocation would run on forever.
 """
@@ -41,7 +43,7 @@ from cluster.jobs.services import JobInput
 from cluster.models import GpuModel, JobSource, JobState
 from cluster.telemetry.importer import GPU_INDEX_MAX
 from core.import_lines import csv_rows
-from core.timewindow import check_job_time
+from core.timewindow import check_in_window, check_job_time
 
 __all__ = ["ImportRefused", "import_jobs_csv", "read_jobs_csv"]
 
@@ -50,6 +52,7 @@ CSV_REQUIRED = (
 )
 CSV_OPTIONAL = (
     "node", "gpu_indices", "priority", "estimated_card_hours", "name", "account", "partition", "data_ready",
+    "data_ready_at",
 )
 CARD_HOURS_MAX = Decimal("99999999999.999")  # Job.estimated_card_hours: 14 digits, 3 decimals
 TRUE, FALSE = frozenset({"true", "t", "yes", "y", "1"}), frozenset({"false", "f", "no", "n", "0"})
@@ -159,7 +162,9 @@ def _csv_job(cells: dict[str, str], *, source: str, lookups: Lookups, now: datet
         account=cells.get("account", ""), partition=cells.get("partition", ""),
         priority=parse_int(cells.get("priority", ""), "priority"), gpu_count=gpu_count, gpu_model=model,
         estimated_card_hours=parse_decimal(cells.get("estimated_card_hours", ""), "estimated_card_hours", CARD_HOURS_MAX),
-        data_ready=(data_ready in TRUE) if data_ready else None, state=state,
+        data_ready=(data_ready in TRUE) if data_ready else None,
+        data_ready_at=check_in_window(parse_utc(cells.get("data_ready_at", ""), "data_ready_at"), field="data_ready_at"),
+        state=state,
         submit_time=times["submit_time"], end_time=times["end_time"],
         node_list=node, gpus=gpus,
     )

@@ -21,8 +21,8 @@ START = "2026-11-02T01:00:00+00:00"
 START_SHOWN = "2026-11-02T01:00:00Z"  # times come back in UTC, written with Z
 ROW_FIELDS = {
     "id", "source", "job_id", "name", "user", "team", "project", "account", "partition", "priority", "gpu_count",
-    "gpu_model", "estimated_card_hours", "data_ready", "state", "submit_time", "start_time", "end_time",
-    "node_list", "allocations",
+    "gpu_model", "estimated_card_hours", "data_ready", "data_ready_at", "state", "submit_time", "start_time",
+    "end_time", "node_list", "allocations",
 }
 
 
@@ -138,6 +138,29 @@ def test_it_creates_a_run_then_the_same_post_changes_nothing(hook):
     assert Job.objects.get().updated_at == updated_at
 
 
+def test_a_run_carries_its_data_ready_time_shown_in_utc(hook):
+    """Issue 19: when the job's input data is ready; unlike the job's own times it may lie weeks ahead."""
+    created = hook.post("/api/v1/jobs/", record(data_ready_at="2026-11-03T09:00:00+08:00"))
+    assert created.status_code == 201, created.json()
+    assert created.json()["data_ready_at"] == "2026-11-03T01:00:00Z"
+    assert Job.objects.get().data_ready_at == T0.replace(day=3, hour=1)
+    ahead = (T0 + timedelta(days=30 + 21)).isoformat()  # three weeks after the clock of this module
+    moved = hook.patch(f"/api/v1/jobs/{created.json()['id']}/", {"data_ready_at": ahead})
+    assert moved.status_code == 200, moved.json()
+    assert Job.objects.get().data_ready_at == T0 + timedelta(days=51)
+
+
+def test_a_post_leaving_out_the_data_ready_time_keeps_it_and_null_clears_it(hook):
+    created = hook.post("/api/v1/jobs/", record(data_ready_at="2026-11-02T03:00:00Z"))
+    assert created.status_code == 201, created.json()
+    epilog = hook.post("/api/v1/jobs/", record(end_time="2026-11-02T05:00:00Z", state="completed"))
+    assert epilog.status_code == 200, epilog.json()
+    assert epilog.json()["data_ready_at"] == "2026-11-02T03:00:00Z"
+    cleared = hook.patch(f"/api/v1/jobs/{created.json()['id']}/", {"data_ready_at": None}, format="json")
+    assert cleared.status_code == 200, cleared.json()
+    assert cleared.json()["data_ready_at"] is None and Job.objects.get().data_ready_at is None
+
+
 def test_it_updates_the_end_by_post_and_the_allocations_follow(hook):
     hook.post("/api/v1/jobs/", record())
     end = "2026-11-02T05:00:00Z"
@@ -243,6 +266,10 @@ def test_source_defaults_to_api(hook):
         ({"state": "exploded"}, "state", "not a valid choice"),
         ({"job_id": DROP}, "job_id", "required"),
         ({"job_id": ""}, "job_id", "may not be blank"),
+        ({"data_ready_at": "soon"}, "data_ready_at", "wrong format"),
+        ({"data_ready_at": "2026-11-03T09:00:00"}, "data_ready_at", "needs a UTC offset"),
+        ({"data_ready_at": "2150-01-01T00:00:00Z"}, "data_ready_at", "outside the supported window"),
+        ({"data_ready_at": True}, "data_ready_at", "wrong format"),
     ],
 )
 def test_bad_input_is_a_400_naming_the_field_and_writes_nothing(hook, changes, field, rule):
@@ -497,7 +524,9 @@ def test_the_openapi_schema_documents_the_jobs_api(api, engineer_a):
         parameter["name"] for parameter in jobs["get"]["parameters"]
     }
     request_fields = set(schema["components"]["schemas"]["JobWriteRequest"]["properties"])
-    assert set(record()) <= request_fields
+    assert set(record()) | {"data_ready_at"} <= request_fields
+    ready_at = schema["components"]["schemas"]["Job"]["properties"]["data_ready_at"]
+    assert (ready_at["type"], ready_at["format"], ready_at.get("nullable")) == ("string", "date-time", True)
     assert "gpu_indices" not in schema["components"]["schemas"]["Job"]["properties"]
 
 

@@ -341,3 +341,38 @@ def test_it_benchmarks_and_leaves_no_jobs_behind(db):
     result = bench_import_jobs(200)
     assert result["jobs"] == 200 and result["first_rows_per_s"] > 0
     assert not Job.objects.exists() and not Allocation.objects.exists()
+
+
+READY_HEADER = "job_id,user,team,project,gpu_count,gpu_model,submit_time,start_time,end_time,state,data_ready_at\n"
+
+
+def test_it_reads_the_data_ready_time_which_may_lie_ahead(tmp_path, cast):
+    """Issue 19: the optional ``data_ready_at`` column, as the times are written; unlike the job's own times
+    it may lie weeks ahead of the import's clock (data still being copied); empty: unknown."""
+    out, err = run(tmp_path, READY_HEADER + (
+        "r1,ann,alpha,,1,H200,2026-11-02T07:00:00Z,,,pending,2026-11-02T11:30:00+08:00\n"
+        "r2,ann,alpha,,1,H200,2026-11-02T07:00:00Z,,,pending,1795000000\n"
+        "r3,ann,alpha,,1,H200,2026-11-02T07:00:00Z,,,pending,\n"
+    ))
+    assert err == "" and "imported 3" in out
+    ready = dict(Job.objects.values_list("external_id", "data_ready_at"))
+    assert ready == {"r1": at(3, 30), "r2": datetime.fromtimestamp(1795000000, UTC), "r3": None}
+    assert ready["r2"] - IMPORTED_AT > timedelta(days=14)
+
+
+@pytest.mark.parametrize(
+    ("cell", "reason"),
+    [
+        ("tomorrow", "data_ready_at: 'tomorrow' is not ISO-8601 or epoch seconds"),
+        ("2026-11-03T08:00:00", "data_ready_at: '2026-11-03T08:00:00' needs a UTC offset"),
+        ("2150-01-01T00:00:00Z", "data_ready_at: 2150-01-01T00:00:00+00:00 is outside the supported window"),
+    ],
+)
+def test_a_bad_data_ready_time_is_a_line_error_naming_the_column(tmp_path, cast, cell, reason):
+    out, err = run(tmp_path, READY_HEADER + (
+        "ok,ann,alpha,,1,H200,2026-11-02T07:00:00Z,,,pending,\n"
+        f"bad,ann,alpha,,1,H200,2026-11-02T07:00:00Z,,,pending,{cell}\n"
+    ))
+    assert f"line 3: {reason}" in err, err
+    assert "imported 1" in out and "rejected 1" in out
+    assert list(Job.objects.values_list("external_id", flat=True)) == ["ok"]
