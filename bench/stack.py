@@ -232,17 +232,23 @@ def check_running(processes: dict[str, subprocess.Popen], run_dir: Path) -> None
 
 
 def wait_for_first_collection(nodes: int, *, timeout_s: float, processes: dict | None = None,
-                              run_dir: Path | None = None) -> None:
+                              run_dir: Path | None = None, required: bool = True) -> int:
+    """Wait until ``nodes`` nodes have been collected once; returns how many were. Past ``timeout_s``: raises,
+    or with ``required=False`` returns the count so far."""
     from cluster.telemetry.models import CollectionState
 
     deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if CollectionState.objects.filter(last_success_at__isnull=False).count() >= nodes:
-            return
+    while True:
+        collected = CollectionState.objects.filter(last_success_at__isnull=False).count()
+        if collected >= nodes:
+            return collected
+        if time.monotonic() > deadline:
+            if required:
+                raise RuntimeError(f"not every node was collected within {timeout_s:.0f} s (see the worker's log)")
+            return collected
         if processes and run_dir:
             check_running(processes, run_dir)
         time.sleep(2)
-    raise RuntimeError(f"not every node was collected within {timeout_s:.0f} s (see the worker's log)")
 
 
 def collection_lags() -> list[float]:
@@ -296,6 +302,7 @@ def stored_once_caught_up(produced: dict, *, timeout_s: float) -> dict[str, dict
 def produced_vs_stored(produced: dict, stored: dict) -> dict:
     """Totals, and the nodes whose stored rows plus rejected records differ from the records produced."""
     return {
+        "behind": [host for host, row in stored.items() if not row["caught_up"]],
         "produced": sum(seen["seq"] for seen in produced.values()),
         "stored": sum(row["rows"] for row in stored.values()),
         "rejected": sum(row["rejected"] for row in stored.values()),
@@ -305,10 +312,11 @@ def produced_vs_stored(produced: dict, stored: dict) -> dict:
 
 
 def balance_line(balance: dict) -> str:
-    wrong = balance["wrong"]
+    wrong, behind = balance["wrong"], balance.get("behind", [])
     return (f"records produced {balance['produced']:,}, stored {balance['stored']:,}, rejected "
             f"{balance['rejected']:,}: " + ("nothing lost or doubled" if not wrong else
-                                            f"MISMATCH on {len(wrong)} nodes: {', '.join(wrong[:5])}"))
+                                            f"MISMATCH on {len(wrong)} nodes: {', '.join(wrong[:5])}")
+            + (f" ({len(behind)} nodes' cursors were still behind their agents when counted)" if behind else ""))
 
 
 def percentile(values: list[float], share: float) -> float:
