@@ -6,9 +6,11 @@ from cluster.bookings.models import (
     BookingMode,
     BookingStatus,
     GpuHold,
+    GuaranteeDays,
     HoldKind,
     MaintenanceWindow,
     TeamBookingPolicy,
+    TeamGuarantee,
 )
 from cluster.inventory.models import Gpu, GpuModel, GpuModelAlias, Node
 from cluster.jobs.models import (
@@ -44,6 +46,7 @@ __all__ = [
     "GpuHold",
     "GpuModel",
     "GpuModelAlias",
+    "GuaranteeDays",
     "HoldKind",
     "HourRollup",
     "IdentityKind",
@@ -58,5 +61,6 @@ __all__ = [
     "RollupLevel",
     "Sample",
     "TeamBookingPolicy",
+    "TeamGuarantee",
     "TeamIdentity",
 ]

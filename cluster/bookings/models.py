@@ -230,3 +230,66 @@ class TeamBookingPolicy(models.Model):
 
     def __str__(self) -> str:
         return f"{self.team}"
+
+
+class GuaranteeDays(models.TextChoices):
+    """The days of the week a guarantee's hours apply on (Monday is 0)."""
+
+    EVERY_DAY = "every_day", _("Every day")
+    WEEKDAYS = "weekdays", _("Monday to Friday")
+
+    @property
+    def weekdays(self) -> frozenset[int]:
+        return frozenset(range(5)) if self == GuaranteeDays.WEEKDAYS else frozenset(range(7))
+
+
+class TeamGuarantee(models.Model):
+    """A team's guaranteed share of one GPU model: ``gpus`` that other teams' bookings may not take, always,
+    or only on ``days`` from ``start_time`` to ``end_time`` in the business time zone."""
+
+    team = models.ForeignKey("teams.Team", on_delete=models.CASCADE, related_name="guarantees", verbose_name=_("team"))
+    gpu_model = models.ForeignKey(GpuModel, on_delete=models.PROTECT, related_name="+", verbose_name=_("GPU model"))
+    gpus = models.PositiveIntegerField(_("guaranteed GPUs"))
+    days = models.CharField(_("days"), max_length=16, choices=GuaranteeDays.choices, default=GuaranteeDays.EVERY_DAY)
+    start_time = models.TimeField(
+        _("from (local time)"), null=True, blank=True,
+        help_text=_("In the business time zone. Leave both times empty for a guarantee that always applies."),
+    )
+    end_time = models.TimeField(_("until (local time)"), null=True, blank=True)
+
+    class Meta:
+        ordering = ["team__name", "gpu_model__short_name"]
+        verbose_name = _("guaranteed share")
+        verbose_name_plural = _("guaranteed shares")
+        constraints = [
+            models.UniqueConstraint(
+                fields=["team", "gpu_model"], name="guarantee_one_per_team_and_model",
+                violation_error_message=_("The team already has a guaranteed share of this GPU model."),
+            ),
+            models.CheckConstraint(
+                condition=models.Q(gpus__gte=1), name="guarantee_holds_a_gpu",
+                violation_error_message=_("A guarantee holds at least one GPU."),
+            ),
+            models.CheckConstraint(
+                condition=models.Q(start_time__isnull=True, end_time__isnull=True)
+                | models.Q(start_time__isnull=False, end_time__isnull=False, end_time__gt=models.F("start_time")),
+                name="guarantee_hours_both_or_none",
+                violation_error_message=_("Give both times, the end after the start (within one day), or neither."),
+            ),
+            models.CheckConstraint(condition=models.Q(days__in=GuaranteeDays.values), name="guarantee_known_days"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.team} {self.gpus} × {self.gpu_model.short_name}"
+
+    @property
+    def always(self) -> bool:
+        return self.start_time is None and self.days == GuaranteeDays.EVERY_DAY
+
+    @property
+    def hours_label(self) -> str:
+        """``always``, or ``Monday to Friday 09:00–18:00`` (business zone), for messages and pages."""
+        if self.start_time is None:
+            return str(_("always")) if self.days == GuaranteeDays.EVERY_DAY else str(GuaranteeDays(self.days).label)
+        hours = f"{self.start_time:%H:%M}–{self.end_time:%H:%M}"
+        return f"{GuaranteeDays(self.days).label} {hours}"

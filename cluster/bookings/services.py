@@ -9,11 +9,15 @@ transaction) before they read what is free: two inserts checking the exclusion c
 moment would otherwise wait on each other until PostgreSQL's deadlock detector aborts one, a second later
 (and never, where that detector's timer does not fire: under libfaketime, see .ci/clock). A booking is a
 person's request, so one writer at a time costs nothing; a pick by model then sees the holds of the
-writer before it and chooses free GPUs the first time.
+writer before it and chooses free GPUs the first time. Guaranteed shares (``guarantees.py``) are checked in
+the same turn, so two bookings cannot both take the last GPUs a guarantee leaves.
+
+Long because every write to holds lives here, under one lock, with its audit row.
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 
@@ -23,6 +27,7 @@ from django.db.backends.postgresql.psycopg_any import DateTimeTZRange
 from django.utils import timezone
 from django.utils.translation import gettext as _
 
+from cluster.bookings.guarantees import guarantee_refusal
 from cluster.bookings.holds import (
     bookable_gpus,
     busy_ranges,
@@ -215,10 +220,20 @@ def _book_named(booking: Booking, gpus: list[Gpu]) -> Booking:
     wait_turn(HOLDS_LOCK)
     if (hold := first_conflict(gpu_ids, booking.start, booking.end)) is not None:
         raise BookingRefused(409, "gpus", hold_conflict_message(hold))
+    _check_guarantees(booking, Counter(gpu.model_id for gpu in gpus), "gpus", booking.start, booking.end)
     if not _hold_write(lambda: _save_with_holds(booking, gpu_ids)):
         hold = first_conflict(gpu_ids, booking.start, booking.end)
         raise BookingRefused(409, "gpus", hold_conflict_message(hold) if hold else _("the GPUs were just booked."))
     return booking
+
+
+def _check_guarantees(booking: Booking, counts: dict[int, int], field: str, start: datetime, end: datetime) -> None:
+    """409 naming the guarantee when ``counts`` GPUs (by model id) over ``[start, end)`` would take GPUs that
+    another team's guaranteed share reserves. Called with the writers' turn held."""
+    refusal = guarantee_refusal(team_id=booking.team_id, counts=dict(counts), start=start, end=end,
+                                exclude_booking=booking.pk)
+    if refusal is not None:
+        raise BookingRefused(409, field, refusal)
 
 
 def _save_with_holds(booking: Booking, gpu_ids: Sequence[int]) -> None:
@@ -229,6 +244,7 @@ def _save_with_holds(booking: Booking, gpu_ids: Sequence[int]) -> None:
 
 def _book_picked(booking: Booking, gpu_model: GpuModel, limits: Limits, now: datetime) -> Booking:
     wait_turn(HOLDS_LOCK)
+    _check_guarantees(booking, {gpu_model.pk: booking.gpu_count}, "count", booking.start, booking.end)
     candidates = candidate_gpus(gpu_model)
     lost: set[int] = set()
     for _attempt in range(AUTO_PICK_ATTEMPTS):
@@ -295,6 +311,9 @@ def booking_set_end(*, user, booking: Booking, end: datetime, now: datetime | No
     wait_turn(HOLDS_LOCK)
     if (hold := first_conflict(gpu_ids, booking.start, end, exclude_booking=booking.pk)) is not None:
         raise BookingRefused(409, "end", hold_conflict_message(hold))
+    if end > booking.end:
+        models = Counter(Gpu.objects.filter(pk__in=gpu_ids).values_list("model_id", flat=True))
+        _check_guarantees(booking, models, "end", booking.end, end)
     if not _hold_write(lambda: booking.holds.active().update(during=DateTimeTZRange(booking.start, end))):
         hold = first_conflict(gpu_ids, booking.start, end, exclude_booking=booking.pk)
         raise BookingRefused(409, "end", hold_conflict_message(hold) if hold else _("the GPUs were just booked."))

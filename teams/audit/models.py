@@ -34,6 +34,7 @@ class AuditKind(models.TextChoices):
     NODE_TOKEN = "node_token", _("Node token")
     BOOKING = "booking", _("Booking")
     BOOKING_POLICY = "booking_policy", _("Team booking policy")
+    GUARANTEE = "guarantee", _("Guaranteed share")
     RATE_CARD = "rate_card", _("Rate card")
     ENERGY_TARIFF = "energy_tariff", _("Energy tariff")
     CHARGE_POLICY = "charge_policy", _("Charge policy")

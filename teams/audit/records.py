@@ -12,7 +12,7 @@ import sys
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar, Token
-from datetime import UTC, date, datetime
+from datetime import UTC, date, datetime, time
 from decimal import Decimal
 from pathlib import Path
 
@@ -71,7 +71,7 @@ def _plain(instance: models.Model, field: models.Field):
         return str(Decimal(value).quantize(Decimal(1).scaleb(-field.decimal_places)))
     if isinstance(value, datetime):
         return value.astimezone(UTC).isoformat() if timezone.is_aware(value) else value.isoformat()
-    if isinstance(value, date):
+    if isinstance(value, date | time):  # a time of day (a guarantee's hours) has no zone: kept as written
         return value.isoformat()
     if isinstance(value, Decimal):
         return str(value)
