@@ -4,11 +4,11 @@
 from __future__ import annotations
 
 from accounting.models import DailyUsage
-from accounting.money.idle_ranking import IdleRow, rank_idle
+from accounting.money.idle_ranking import IdleRow, mark_input_bound, rank_idle
 from accounting.usage.refined import Refined, refined_totals
 from boards.scope import BoardScope
 
-__all__ = ["TOP", "IdleRow", "idle_ranking", "refined_day", "top_idle"]
+__all__ = ["TOP", "IdleRow", "flag_input_bound", "idle_ranking", "refined_day", "top_idle"]
 
 TOP = 20
 
@@ -25,6 +25,11 @@ def top_idle(scope: BoardScope, *, user, limit: int | None = None) -> tuple[list
     thousands)."""
     return rank_idle(scope.day, scope.day, user=user, gpus=scope.gpu_q(), narrowed_to_gpus=scope.narrowed_to_gpus,
                      gpu_model_id=scope.gpu_model_id, team_id=scope.team_id, limit=limit)
+
+
+def flag_input_bound(rows: list[IdleRow], scope: BoardScope) -> list[IdleRow]:
+    """The input-bound hint (issue 19) on the job rows shown, over the day in scope: one query."""
+    return mark_input_bound(rows, scope.day, scope.day)
 
 
 def refined_day(scope: BoardScope) -> Refined:

@@ -21,7 +21,7 @@ from boards.charts import BoardText, bands_figure, group_heatmap_figure, heatmap
 from boards.daily import LIVE_PARTS, DailyBoard, daily_board
 from boards.filters import BoardFilterForm
 from boards.maths import GPU_ROWS, NODE_ROWS, OTHER_TEAMS
-from boards.ranking import TOP, idle_ranking
+from boards.ranking import TOP, flag_input_bound, idle_ranking
 from core.html import json_script
 from teams.models import Team
 
@@ -84,6 +84,7 @@ def daily(request):
     form = _form(request)
     scope = form.scope()
     board = daily_board(scope, user=request.user, ranking_limit=TOP)
+    flag_input_bound(board.ranking, scope)
     zone = timezone.get_current_timezone()
     text = board_text()
     drill = _drill(form, board)
@@ -132,6 +133,7 @@ def idle_allocations(request):
     scope = form.scope()
     ranking = idle_ranking(scope, user=request.user)
     page = Paginator(ranking, RANKING_PAGE).get_page(request.GET.get("page"))
+    flag_input_bound(page.object_list, scope)
     return render(request, "boards/idle_allocations.html", {
         "form": form, "scope": scope, "page": page, "rows": page.object_list, "start_rank": page.start_index(),
         "links": _links(request, scope), "sees_costs": sees_costs(request.user),

@@ -307,6 +307,16 @@ CARDHOUR_BOARD_NODE_ROWS = env_int("CARDHOUR_BOARD_NODE_ROWS", 300, minimum=1)
 CARDHOUR_SHALLOW_SM_PCT = env_int("CARDHOUR_SHALLOW_SM_PCT", 25, minimum=1)
 CARDHOUR_MEMORY_HELD_MIB = env_int("CARDHOUR_MEMORY_HELD_MIB", 1024, minimum=0)
 CARDHOUR_IDLE_POWER_FLOOR_W = env_watts("CARDHOUR_IDLE_POWER_FLOOR_W", "H200=100,H100=100,A100=80,L40S=50")
+# The input-bound hint (issue 19, cluster/jobs/input_bound.py): a measured minute is high at or above
+# HIGH_PCT and low at or below LOW_PCT; a job with MIN_MINUTES measured minutes, MIN_DIPS dips of at most
+# MAX_DIP_MINUTES low minutes between high ones, and MIN_SHARE_PCT % of its minutes in them is flagged as
+# likely waiting on data or checkpoints.
+CARDHOUR_INPUT_BOUND_HIGH_PCT = env_int("CARDHOUR_INPUT_BOUND_HIGH_PCT", 60, minimum=1)
+CARDHOUR_INPUT_BOUND_LOW_PCT = env_int("CARDHOUR_INPUT_BOUND_LOW_PCT", 15, minimum=0)
+CARDHOUR_INPUT_BOUND_MIN_MINUTES = env_int("CARDHOUR_INPUT_BOUND_MIN_MINUTES", 30, minimum=1)
+CARDHOUR_INPUT_BOUND_MIN_SHARE_PCT = env_int("CARDHOUR_INPUT_BOUND_MIN_SHARE_PCT", 10, minimum=0)
+CARDHOUR_INPUT_BOUND_MIN_DIPS = env_int("CARDHOUR_INPUT_BOUND_MIN_DIPS", 3, minimum=1)
+CARDHOUR_INPUT_BOUND_MAX_DIP_MINUTES = env_int("CARDHOUR_INPUT_BOUND_MAX_DIP_MINUTES", 10, minimum=1)
 
 # Observed usage: processes the agents see become jobs and allocations (cluster/jobs/observed/).
 OBSERVED_SCAN_EVERY_S = env_int("OBSERVED_SCAN_EVERY_S", 60, minimum=1)

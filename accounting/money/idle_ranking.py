@@ -28,10 +28,13 @@ from accounting.money.pricing import card_hours, line_amount, rate_on
 from accounting.money.statements import cost_team_ids
 from accounting.usage.states import BUSY, IDLE
 from cluster.inventory.holders import booking_label, job_label
+from cluster.jobs.input_bound import InputBound
 from cluster.jobs.kpis import percent_of
+from cluster.jobs.selectors import jobs_input_bound
 from cluster.models import Booking, Job
 from core.money import MINOR_UNITS
 from core.queries import id_array, numpy_rows
+from core.timeutils import business_day_bounds
 from teams.models import Team
 from teams.selectors import visible_team_ids
 
@@ -67,6 +70,8 @@ class IdleRow:
     sm_ticks: int = 0
     memory_held_card_hours: Decimal = Decimal(0)  # the idle card-hours whose GPU held memory
     memory_held_ticks: int = 0
+    # The input-bound hint (issue 19): set by mark_input_bound for the job rows a page shows; None elsewhere.
+    input_bound: InputBound | None = None
 
     @property
     def empty_idle_card_hours(self) -> Decimal:
@@ -95,6 +100,20 @@ def rank_idle(first: date, last: date, *, user, gpus: Q | None = None, narrowed_
     if team_id is not None:
         query = query.filter(team_id=team_id)
     return _rows(first, last, _Holders.of(_sums(query, first, by_day=first != last)), user, limit)
+
+
+def mark_input_bound(rows: list[IdleRow], first: date, last: date) -> list[IdleRow]:
+    """Set each job row's input-bound verdict over business days ``[first, last]`` (issue 19): one query
+    (:func:`cluster.jobs.selectors.jobs_input_bound`) for the rows given, none when they hold no job. Called
+    by the pages on the rows they show (20 on the board, 10 on the team page, a page of 50), never on the
+    whole ranking: it reads every minute rollup of those jobs' GPUs over the period."""
+    job_ids = [row.object_id for row in rows if row.kind == "job" and row.object_id is not None]
+    if job_ids:
+        verdicts = jobs_input_bound(job_ids, business_day_bounds(first)[0], business_day_bounds(last)[1])
+        for row in rows:
+            if row.kind == "job":
+                row.input_bound = verdicts.get(row.object_id)
+    return rows
 
 
 def _sums(query, first: date, *, by_day: bool) -> np.ndarray:

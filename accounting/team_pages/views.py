@@ -6,6 +6,7 @@ from django.shortcuts import get_object_or_404, render
 from django.utils import timezone
 from django.utils.translation import gettext
 
+from accounting.money.idle_ranking import mark_input_bound
 from accounting.team_pages import charts as team_charts
 from accounting.team_pages import selectors as team_page
 from accounting.team_pages.charts import TeamChartText
@@ -57,6 +58,7 @@ def team_detail(request, slug: str):
         })
     sees_costs = team_page.sees_team_costs(request.user, team)
     idle_rows, idle_total = team_page.allocations_by_idle(team, window=window, user=request.user)
+    mark_input_bound(idle_rows, window.first, window.today)
     return render(request, "accounting/team_detail.html", {
         "team": team,
         "memberships": memberships,

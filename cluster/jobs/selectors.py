@@ -7,6 +7,8 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 
 import pandas as pd
+from django.conf import settings
+from django.db import connection
 from django.db.models import (
     Case,
     Count,
@@ -23,6 +25,7 @@ from django.db.models import (
 from django.db.models.functions import Coalesce
 from django.utils.translation import gettext
 
+from cluster.jobs.input_bound import InputBound, InputBoundRule, input_bound
 from cluster.jobs.kpis import AllocationSpan, MinuteUsage, RunRecord
 from cluster.models import Allocation, AllocationOrigin, Job, JobState, MinuteRollup
 from core.timeutils import business_day_bounds
@@ -175,6 +178,60 @@ def minutes_of(usage: pd.DataFrame) -> list[MinuteUsage]:
             ["gpu_id", "bucket_ms", "util_mean", "util_covered_s"]
         ].itertuples(index=False)
     ]
+
+
+def input_bound_rule() -> InputBoundRule:
+    """The input-bound rule's thresholds from the settings ``CARDHOUR_INPUT_BOUND_*``."""
+    return InputBoundRule(
+        high_pct=settings.CARDHOUR_INPUT_BOUND_HIGH_PCT, low_pct=settings.CARDHOUR_INPUT_BOUND_LOW_PCT,
+        min_minutes=settings.CARDHOUR_INPUT_BOUND_MIN_MINUTES, min_share_pct=settings.CARDHOUR_INPUT_BOUND_MIN_SHARE_PCT,
+        min_dips=settings.CARDHOUR_INPUT_BOUND_MIN_DIPS, max_dip_minutes=settings.CARDHOUR_INPUT_BOUND_MAX_DIP_MINUTES,
+    )
+
+
+def job_minute_utilization(usage: pd.DataFrame, shares: Mapping[int, int]) -> list[float]:
+    """The job's utilization per measured minute (%, in time order) from :func:`job_usage`'s rows: each
+    minute's GPUs' means weighted by their measured seconds times the job's share of each GPU (``shares``:
+    GPU id → ticks per second). The same sum as :func:`jobs_minute_utilization`, without a query."""
+    rows = usage[usage["util_mean"].notna() & (usage["util_covered_s"] > 0)]
+    if rows.empty:
+        return []
+    weight = rows["util_covered_s"] * rows["gpu_id"].map(shares).fillna(0)
+    frame = pd.DataFrame({"bucket_ms": rows["bucket_ms"], "weighted": rows["util_mean"] * weight, "weight": weight})
+    sums = frame[frame["weight"] > 0].groupby("bucket_ms", sort=True)[["weighted", "weight"]].sum()
+    return (sums["weighted"] / sums["weight"]).tolist()
+
+
+def jobs_minute_utilization(job_ids: list[int], start: datetime, end: datetime) -> dict[int, list[float]]:
+    """Each job's utilization per measured minute of ``[start, end)`` (%, in time order), as
+    :func:`job_minute_utilization` weighs it, over the GPUs its placed allocations held in those minutes:
+    one query, one row per job (the minutes as an array). It reads every minute rollup of those GPUs in
+    the window, so callers pass the jobs a page shows, not thousands."""
+    if not job_ids:
+        return {}
+    sql = f"""
+        SELECT job_id, array_agg(util ORDER BY bucket) FROM (
+            SELECT a.job_id, m.bucket,
+                   sum(m.util_mean * m.util_covered_s * a.share) / sum(m.util_covered_s * a.share) AS util
+            FROM {Allocation._meta.db_table} a
+            JOIN {MinuteRollup._meta.db_table} m ON m.gpu_id = a.gpu_id
+                 AND m.bucket >= date_trunc('minute', a.start) AND m.bucket < coalesce(a."end", %(end)s)
+            WHERE a.job_id = ANY(%(ids)s) AND a.gpu_id IS NOT NULL
+              AND m.bucket >= %(start)s AND m.bucket < %(end)s
+              AND m.util_mean IS NOT NULL AND m.util_covered_s > 0
+            GROUP BY a.job_id, m.bucket
+        ) minutes GROUP BY job_id
+    """  # noqa: S608 (names from model metadata; values are bound)
+    with connection.cursor() as cursor:
+        cursor.execute(sql, {"ids": list(job_ids), "start": start, "end": end})
+        return {job_id: [float(value) for value in values] for job_id, values in cursor.fetchall()}
+
+
+def jobs_input_bound(job_ids: list[int], start: datetime, end: datetime) -> dict[int, InputBound]:
+    """The input-bound verdict of each job over ``[start, end)`` (jobs with no measured minute left out):
+    :func:`jobs_minute_utilization`'s one query, then the pure rule."""
+    rule = input_bound_rule()
+    return {job_id: input_bound(series, rule) for job_id, series in jobs_minute_utilization(job_ids, start, end).items()}
 
 
 def spans_of(allocations: list[Allocation]) -> list[AllocationSpan]:

@@ -20,9 +20,12 @@ from django.utils.translation import gettext, pgettext_lazy
 from django.utils.translation import gettext_lazy as _
 
 from cluster.jobs.filters import JOB_DEFAULT_SORT, JobFilterForm
+from cluster.jobs.input_bound import input_bound
 from cluster.jobs.kpis import card_hours, job_kpis, job_times, percent
 from cluster.jobs.selectors import (
+    input_bound_rule,
     job_allocations,
+    job_minute_utilization,
     job_runs,
     job_usage,
     job_window,
@@ -171,6 +174,8 @@ def job_detail(request, pk: int):
         display_zone=timezone.get_current_timezone(), text=job_chart_text(),
     )
     usage_kpis = kpis.usage
+    shares = {a.gpu_id: a.share for a in allocations if a.gpu_id}
+    waiting = input_bound(job_minute_utilization(usage, shares), input_bound_rule())
     return render(request, "cluster/job_detail.html", {
         "job": job,
         "allocations": allocations,
@@ -197,6 +202,7 @@ def job_detail(request, pk: int):
         },
         "idle_threshold_pct": f"{threshold:g}",
         "utilization_chart": chart,
+        "input_bound": waiting,
         **activity,
     })
 
