@@ -27,7 +27,7 @@ class Migration(migrations.Migration):
                 'verbose_name': 'guaranteed share',
                 'verbose_name_plural': 'guaranteed shares',
                 'ordering': ['team__name', 'gpu_model__short_name'],
-                'constraints': [models.UniqueConstraint(fields=('team', 'gpu_model'), name='guarantee_one_per_team_and_model'), models.CheckConstraint(condition=models.Q(('gpus__gte', 1)), name='guarantee_holds_a_gpu'), models.CheckConstraint(condition=models.Q(models.Q(('end_time__isnull', True), ('start_time__isnull', True)), models.Q(('end_time__gt', models.F('start_time')), ('end_time__isnull', False), ('start_time__isnull', False)), _connector='OR'), name='guarantee_hours_both_or_none'), models.CheckConstraint(condition=models.Q(('days__in', ['every_day', 'weekdays'])), name='guarantee_known_days')],
+                'constraints': [models.UniqueConstraint(fields=('team', 'gpu_model'), name='guarantee_one_per_team_and_model', violation_error_message='The team already has a guaranteed share of this GPU model.'), models.CheckConstraint(condition=models.Q(('gpus__gte', 1)), name='guarantee_holds_a_gpu', violation_error_message='A guarantee holds at least one GPU.'), models.CheckConstraint(condition=models.Q(models.Q(('end_time__isnull', True), ('start_time__isnull', True)), models.Q(('end_time__gt', models.F('start_time')), ('end_time__isnull', False), ('start_time__isnull', False)), _connector='OR'), name='guarantee_hours_both_or_none', violation_error_message='Give both times, the end after the start (within one day), or neither.'), models.CheckConstraint(condition=models.Q(('days__in', ['every_day', 'weekdays'])), name='guarantee_known_days')],
             },
         ),
     ]
