@@ -225,3 +225,35 @@ def guarantee_message(guarantee: TeamGuarantee, *, count: int, start: datetime, 
         "reserved": shortfall.reserved, "when": local_span(*at), "free": max(shortfall.free_after, 0),
     }
 
+
+
+@dataclass(frozen=True)
+class GuaranteeNow:
+    """A guarantee as the calendar and the board show it: its hours, whether they apply at ``now``, what the
+    team holds of the model then and what the guarantee still reserves (idle capacity with a name)."""
+
+    guarantee: TeamGuarantee
+    applies_now: bool
+    held_now: int
+    reserved_now: int
+
+
+def guarantees_now(*, now: datetime, team_ids: Iterable[int] | None = None) -> list[GuaranteeNow]:
+    """Every guarantee (or those of ``team_ids``) at ``now``. Two queries."""
+    guarantees = TeamGuarantee.objects.select_related("team", "gpu_model")
+    if team_ids is not None:
+        guarantees = guarantees.filter(team_id__in=list(team_ids))
+    guarantees = list(guarantees)
+    if not guarantees:
+        return []
+    held = Counter(
+        GpuHold.objects.overlapping(now, now + timedelta(seconds=1))
+        .filter(team_id__in={g.team_id for g in guarantees}, gpu__model_id__in={g.gpu_model_id for g in guarantees})
+        .values_list("team_id", "gpu__model_id")
+    )
+    rows = []
+    for guarantee, share in zip(guarantees, shares_of(guarantees, now, now + timedelta(seconds=1)), strict=True):
+        applies = bool(share.active)
+        holding = held[(guarantee.team_id, guarantee.gpu_model_id)]
+        rows.append(GuaranteeNow(guarantee, applies, holding, max(0, guarantee.gpus - holding) if applies else 0))
+    return rows

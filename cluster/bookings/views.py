@@ -21,6 +21,7 @@ from django.views.decorators.http import require_POST
 
 from cluster.bookings.calendar import GROUP_BY_MODEL, calendar_for_week, legend, week_bounds
 from cluster.bookings.forms import LOCAL_MINUTE, BookingEndForm, BookingForm, WeekForm, initial_from_query
+from cluster.bookings.guarantees import guarantees_now
 from cluster.bookings.holds import local_span
 from cluster.bookings.selectors import availability, bookings_for_list
 from cluster.bookings.services import (
@@ -50,7 +51,8 @@ def calendar_url(*, day=None, group: str = "") -> str:
 
 @login_required
 def booking_calendar(request):
-    """One week of every bookable GPU: free, mine, my team's, other teams' (by team name), maintenance, down."""
+    """One week of every bookable GPU: free, mine, my team's, other teams' (by team name), maintenance, down;
+    and the guaranteed shares with what each reserves now (issue 19)."""
     zone = timezone.get_current_timezone()
     now = timezone.now()
     today = timezone.localdate(now, zone)
@@ -71,6 +73,7 @@ def booking_calendar(request):
         "week_start_ms": epoch_ms(week_start),
         "week_end_ms": epoch_ms(week_end),
         "grid_ms": booking_limits(None).grid_minutes * 60_000,
+        "guarantees": guarantees_now(now=now),
     })
 
 

@@ -12,7 +12,8 @@ NOW = T0 + timedelta(hours=8)  # Monday 2026-11-02 08:00 UTC, on the grid
 CALENDAR = reverse("cluster:booking-calendar")
 NEW = reverse("cluster:booking-new")
 MINE = reverse("cluster:booking-mine")
-CALENDAR_QUERIES = 9  # session, user, nav (groups, memberships), unread notifications, teams, GPUs, holds, downs
+CALENDAR_QUERIES = 10  # session, user, nav (groups, memberships), unread notifications, teams, GPUs, holds, downs,
+# guarantees (and the holds at this moment where there are some: one more)
 MINE_QUERIES = 10  # session, user, nav (2), unread notifications, count, rows, holds + GPUs, led teams, writable
 
 
