@@ -3,18 +3,21 @@ windows, made through the booking services so they obey every rule: a firmware u
 and the week of the node that the demo puts in maintenance (:data:`MAINTENANCE_NODE`), from this
 week's Monday, where the booking calendar draws it down. The usage history (demo/history.py) reads
 the windows back: the nodes are in maintenance during them and run nothing. Loading again adds only
-what is missing; a slot someone has booked since is skipped."""
+what is missing; a slot someone has booked since is skipped.
+
+LLM Training has a guaranteed share of H200s on weekdays' working hours (issue 19, :data:`GUARANTEES`), made
+before the plan so that the plan's bookings are checked against it as any booking is."""
 
 from __future__ import annotations
 
 import contextlib
-from datetime import datetime, timedelta
+from datetime import datetime, time, timedelta
 
 from django.contrib.auth import get_user_model
 from django.utils import timezone
 
 from cluster.bookings.services import BookingRefused, booking_create, maintenance_create
-from cluster.models import Booking, Gpu, MaintenanceWindow, Node
+from cluster.models import Booking, Gpu, GpuModel, GuaranteeDays, MaintenanceWindow, Node, TeamGuarantee
 from teams.models import Project, Team
 
 NOTE = "Demo: "
@@ -33,6 +36,8 @@ PLAN = [
     (7, 9, 24, "llm", "lead-llm", "pretraining", ("node", "gpu-h200-01"), "resume pretraining"),
     (8, 10, 8, "vision", "eng-vision", "detection", ("gpus", "gpu-h100-02", [0, 1]), "notebook session"),
 ]
+# team slug, GPU model, GPUs, days, from, until (business zone)
+GUARANTEES = [("llm", "H200", 8, GuaranteeDays.WEEKDAYS, time(9), time(18))]
 MAINTENANCE_NODE = "gpu-l40s-02"  # in maintenance (demo/cluster.py) since this week's Monday
 # host, day offset from Monday, start hour, hours, reason
 MAINTENANCE = [
@@ -53,6 +58,11 @@ def load_demo_bookings(*, now: datetime | None = None) -> int:
     monday = week_start(now)
     users = {user.username: user for user in get_user_model().objects.filter(username__in={p[4] for p in PLAN})}
     teams = {team.slug: team for team in Team.objects.all()}
+    for slug, model, gpus, days, start_time, end_time in GUARANTEES:
+        gpu_model = GpuModel.objects.filter(short_name=model).first()
+        if slug in teams and gpu_model is not None:
+            TeamGuarantee.objects.get_or_create(team=teams[slug], gpu_model=gpu_model, defaults={
+                "gpus": gpus, "days": days, "start_time": start_time, "end_time": end_time})
     made = 0
     for day, hour, hours, slug, username, project, what, purpose in PLAN:
         start = monday + timedelta(days=day, hours=hour)

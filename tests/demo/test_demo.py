@@ -18,7 +18,8 @@ from django.contrib.auth import authenticate
 from django.test import RequestFactory
 from django.utils import timezone
 
-from cluster.models import Booking, Gpu, GpuModel, MaintenanceWindow, Node
+from cluster.bookings.services import BookingRefused, booking_create
+from cluster.models import Booking, Gpu, GpuModel, MaintenanceWindow, Node, TeamGuarantee
 from config.embedded import BASE_DIR
 from config.launcher import FLEET_NODES
 from demo.bookings import week_start
@@ -63,6 +64,26 @@ def test_the_demo_has_a_week_of_bookings_from_every_team_and_a_maintenance_windo
     assert set(this_week.values_list("team__slug", flat=True)) == {"llm", "vision", "inference"}
     assert {local.weekday() for local in (timezone.localtime(b.start) for b in this_week)} >= {0, 1, 2, 3, 4, 5}
     assert MaintenanceWindow.objects.filter(start__gte=monday).exists()
+
+
+@pytest.mark.django_db
+@time_machine.travel(NOW, tick=False)
+def test_the_demo_guarantees_llm_training_eight_h200s_on_weekdays():
+    load_demo(history_days=0)
+    guarantee = TeamGuarantee.objects.get(team__slug="llm")
+    assert (guarantee.gpu_model.short_name, guarantee.gpus, guarantee.hours_label) == (
+        "H200", 8, "Monday to Friday 09:00–18:00")
+    # Next Tuesday 09:00–10:00 UTC lies in the working hours in UTC and in Shanghai, and no H200 is held:
+    # another team may take all but the 8.
+    start = datetime(2026, 11, 10, 9, tzinfo=UTC)
+    vision = Team.objects.get(slug="vision")
+    lead = Membership.objects.get(team=vision, role=TeamRole.LEAD).user
+    h200 = GpuModel.objects.get(short_name="H200")
+    total = Gpu.objects.filter(model=h200, mig_parent__isnull=True).count()
+    with pytest.raises(BookingRefused) as refused:
+        booking_create(user=lead, team=vision, gpu_model=h200, count=total - 7, start=start,
+                       end=start + timedelta(hours=1), now=NOW)
+    assert refused.value.status == 409 and "guaranteed share of team LLM Training (8 × H200" in refused.value.message
 
 
 def read_output(process: subprocess.Popen, *, until: str | None = None, timeout_s: float) -> str:
