@@ -128,8 +128,17 @@ def priced_entries(first: date, following: date, *, now: datetime) -> tuple[list
     report (accounting/money/statements.py), and through it the team page's month-to-date cost and the finance
     page, calls this as is, so every figure of a month's cost comes from here."""
     read = priced_read(first, following, now=now)
+
+    def usage_totals(team_ids: list[int], since: date, until: date) -> dict[tuple, int]:
+        """The quota teams' usage as the priced days hold it (the same keys and ticks as the daily rows)."""
+        rows = read.rows if first <= since and until <= following else priced_read(since, until, now=now).rows
+        wanted = set(team_ids)
+        return {(row.day, row.team_id, row.gpu_model_id, row.project_id, row.kind): row.ticks for row in rows
+                if row.kind != ENERGY and row.team_id in wanted and since <= row.day < until}
+
     overflow = overflow_totals(team_overflow(
         team_ids=read.team_ids, start=business_day_bounds(first)[0], end=business_day_bounds(following)[0], now=now,
+        totals=usage_totals,
     ))
     wanted = entries_of([row for row in read.rows if row.kind != ENERGY], overflow=overflow, policy=current_policy())
     if current_unallocated_policy() == UnallocatedPolicy.SHARED:

@@ -222,3 +222,30 @@ def test_a_day_with_a_clock_change_has_its_own_number_of_hours(settings):
     assert len(_hours(date(2026, 3, 29))) == 23
     settings.CARDHOUR_BUSINESS_TIME_ZONE = "Asia/Kolkata"  # a half-hour offset: hours start at :30 UTC
     assert [lo.minute for lo, _hi in _hours(DAY)] == [30] * 24
+
+
+@pytest.mark.parametrize("two_projects", [False, True])
+def test_the_crossing_day_from_the_stored_hours_is_the_live_computation(cast, team_a, monkeypatch, two_projects):
+    """Issue 18: a crossing day's hours come from the stored hourly usage; a GPU that a team held for two
+    projects in one state (the hourly rows have no project) is computed live. Both give the live figures."""
+    from accounting.models import HourlyUsage
+    from accounting.quotas import selectors
+
+    quota(team_a, "5", model=cast["h200"])
+    quota(team_a, "6")
+    if two_projects:  # team A busy on g0 with no project too: g0 is computed live, g1 still read
+        job(team_a, cast["g0"], 12, 13, name="a-no-project")
+        busy(cast["g0"], 12, 13)
+        aggregate_day(day=DAY, now=NOW)
+    live_gpus = []
+    real = selectors.usage_of_window
+    monkeypatch.setattr(selectors, "usage_of_window",
+                        lambda **kw: live_gpus.append(tuple(kw["gpu_ids"])) or real(**kw))
+    stored = team_usage_events(team_ids=[team_a.pk], start=T0, end=T0 + timedelta(days=2), now=NOW)
+    assert set(live_gpus) == ({(cast["g0"].pk,)} if two_projects else set())
+    HourlyUsage.objects.filter(day=DAY).delete()  # no stored hours: every GPU computed live, hour by hour
+    live_gpus.clear()
+    live = team_usage_events(team_ids=[team_a.pk], start=T0, end=T0 + timedelta(days=2), now=NOW)
+    assert set(live_gpus) == {(cast["g0"].pk, cast["g1"].pk)}
+    assert stored == live
+    assert sums_of(stored, DAY) == rows_of(DAY, team_a)

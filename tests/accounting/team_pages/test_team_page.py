@@ -146,10 +146,10 @@ def test_the_query_count_is_fixed(client, lead_a, usage, small_cluster, django_a
     assert "Half the L40S quota is used." in response.content.decode()
 
 
-QUERIES = 36  # the allocations ranked as on the board: holders, teams, jobs, bookings, rates (was 3 for a sample of jobs);
-# one more (issue 16): the month's busy and idle refined by SM activity, memory and power; four fewer (issue 18):
+QUERIES = 34  # the allocations ranked as on the board: holders, teams, jobs, bookings, rates (was 3 for a sample of jobs);
+# one more (issue 16): the month's busy and idle refined by SM activity, memory and power; six fewer (issue 18):
 # the month-to-date cost reads the priced days (priced by the first view) in one query instead of grouping and
-# pricing the month's usage, energy and tariffs
+# pricing the month's usage, energy and tariffs, and its overflow takes the quota team's usage from those rows
 
 
 @pytest.mark.django_db
