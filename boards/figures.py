@@ -22,11 +22,13 @@ from __future__ import annotations
 
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
-from datetime import date, timedelta
+from datetime import date, time, timedelta
 from decimal import Decimal
 
 from django.conf import settings
-from django.db.models import Count, Q, Sum
+from django.contrib.postgres.aggregates import ArrayAgg
+from django.db.models import Count, F, Q, Sum, Value
+from django.db.models.functions import JSONObject
 
 from accounting.models import DailyModelCapacity, DailyModelUsage, DailyUnplacedUsage, DailyUsage
 from accounting.money.close import current_policy, rate_cards
@@ -44,9 +46,12 @@ from boards.maths import (
     efficiency,
 )
 from boards.scope import BoardScope, Span
+from cluster.bookings.guarantees import weekly_ranges
+from cluster.bookings.models import GuaranteeDays, guarantee_hours_label
 from cluster.jobs.kpis import percent
 from core.money import MINOR_UNITS
-from core.timeutils import days_through
+from core.timeutils import business_day_bounds, business_zone, days_through
+from core.units import TICKS_PER_CARD_HOUR, TICKS_PER_GPU_SECOND
 from teams.models import Team
 from teams.selectors import visible_team_ids
 
@@ -75,6 +80,17 @@ class Tile:
 
 
 @dataclass(frozen=True)
+class GuaranteeFigure:
+    """A guaranteed share over the board's span: its label (``2 × H100, always``), the card-hours it
+    guaranteed (its GPUs × the hours it applied, up to now) and the card-hours the team held on that model
+    over the span's days; what is guaranteed and not used is idle capacity with a name."""
+
+    label: str
+    guaranteed: Decimal
+    used: Decimal
+
+
+@dataclass(frozen=True)
 class TeamRow:
     """A team's day: card-hours (4 places), efficiency (%), costs (None: not the viewer's to see, or no
     rate), its tightest quota in force (None: none, or not the viewer's) and whether the viewer sees the
@@ -93,6 +109,7 @@ class TeamRow:
     quota: QuotaStatus | None
     visible: bool
     idle_ticks: int
+    guarantees: tuple[GuaranteeFigure, ...] = ()  # the team's guaranteed shares beside its use (issue 19)
 
 
 @dataclass(frozen=True)
@@ -226,7 +243,11 @@ def span_headline(scope: BoardScope, *, user) -> tuple[Headline, SpanDetail]:
     tiles = _tiles(scope, read.days, idle_cost_of)
     entries, unpriced_usage = price_usage(usage=read.priced, rates=rates, policy=current_policy())
     lines = lines_of(entries, currency)  # each line priced once, as a close prices it
-    teams = _team_rows(scope, read.team_ticks, read.unplaced, span_costs, team_totals(lines), cost_teams, user)
+    model_use: Counter = Counter()  # (team, model) → the span's allocated ticks
+    for (_day, team_id, _project, model_id, _state), total in read.priced.items():
+        model_use[(team_id, model_id)] += total
+    teams = _team_rows(scope, read.team_ticks, read.unplaced, span_costs, team_totals(lines), cost_teams, user,
+                       model_use)
     unplaced_ch = row_figures({UNMEASURED: sum(read.unplaced.values())}, gpu_level=False)["card_hours_unmeasured"]
     model_cost: dict[int | None, Decimal] = defaultdict(zero_money)
     for line in lines:
@@ -288,7 +309,7 @@ def _tiles(scope: BoardScope, days: dict[date, _Day], idle_cost_of: dict) -> lis
 
 
 def _team_rows(scope, team_ticks: Counter, unplaced: Counter, idle_costs: dict, usage_cost: dict, cost_teams,
-               user) -> list[TeamRow]:
+               user, model_use: Counter) -> list[TeamRow]:
     ticks: dict[int | None, Counter] = defaultdict(Counter)
     for (team_id, state), total in team_ticks.items():
         ticks[team_id][state] += total
@@ -298,7 +319,20 @@ def _team_rows(scope, team_ticks: Counter, unplaced: Counter, idle_costs: dict, 
         ticks = {k: v for k, v in ticks.items() if k == scope.team_id}
     visible = visible_team_ids(user)
     ids = [t for t in ticks if t is not None]
-    teams = {t.pk: t for t in Team.objects.filter(pk__in=ids)}
+    # The teams of the rows and those with a guaranteed share (a row even when unused), in one query.
+    guaranteed = Q(guarantees__isnull=False)
+    if scope.team_id is not None:
+        guaranteed &= Q(pk=scope.team_id)
+    if scope.gpu_model_id is not None:
+        guaranteed &= Q(guarantees__gpu_model_id=scope.gpu_model_id)
+    teams = {t.pk: t for t in Team.objects.filter(Q(pk__in=ids) | guaranteed).annotate(shares=ArrayAgg(
+        JSONObject(model=F("guarantees__gpu_model_id"), name=F("guarantees__gpu_model__short_name"),
+                   gpus=F("guarantees__gpus"), days=F("guarantees__days"), start=F("guarantees__start_time"),
+                   end=F("guarantees__end_time")),
+        filter=guaranteed, default=Value([]), distinct=True,
+    ))}
+    for team_id in teams:
+        ticks.setdefault(team_id, Counter())
     quotas = tightest_quotas(scope.last_day, [t for t in ids if visible is None or t in visible], now=scope.now)
     rows = []
     for team_id, state_ticks in ticks.items():
@@ -315,8 +349,32 @@ def _team_rows(scope, team_ticks: Counter, unplaced: Counter, idle_costs: dict, 
             idle_cost=(idle_costs.get(team_id, zero_money()) if sees_cost else None),
             cost=(usage_cost.get(team_id, zero_money()) if sees_cost and team_id is not None else None),
             quota=quotas.get(team_id), visible=visible is None or team_id in visible, idle_ticks=state_ticks[IDLE],
+            guarantees=_guarantee_figures(scope, team_id, team.shares if team else [], model_use),
         ))
     rows.sort(key=lambda r: (-(r.idle_cost or 0), -r.idle_ticks, r.team_id is None, r.name.casefold()))
     return rows
+
+
+def _guarantee_figures(scope, team_id, shares: list[dict], model_use: Counter) -> tuple[GuaranteeFigure, ...]:
+    """Each guaranteed share of the team over the span's business days, up to ``scope.now``."""
+    lo = business_day_bounds(scope.span[0])[0]
+    hi = min(business_day_bounds(scope.span[1])[1], max(scope.now, lo))
+    figures = []
+    for share in sorted(shares, key=lambda s: s["name"]):
+        hours = [time.fromisoformat(share[key]) if share[key] else None for key in ("start", "end")]
+        covered = sum((b - a).total_seconds() for a, b in weekly_ranges(
+            weekdays=GuaranteeDays(share["days"]).weekdays, start=hours[0], end=hours[1], zone=business_zone(),
+            lo=lo, hi=hi,
+        ))
+        figures.append(GuaranteeFigure(
+            label=f"{share['gpus']} × {share['name']}, {guarantee_hours_label(share['days'], *hours)}",
+            guaranteed=_card_hours(round(covered) * share["gpus"] * TICKS_PER_GPU_SECOND),
+            used=_card_hours(model_use[(team_id, share["model"])]),
+        ))
+    return tuple(figures)
+
+
+def _card_hours(ticks: int) -> Decimal:
+    return (Decimal(ticks) / TICKS_PER_CARD_HOUR).quantize(Decimal("0.0001"))
 
 

@@ -288,8 +288,11 @@ class TeamGuarantee(models.Model):
 
     @property
     def hours_label(self) -> str:
-        """``always``, or ``Monday to Friday 09:00–18:00`` (business zone), for messages and pages."""
-        if self.start_time is None:
-            return str(_("always")) if self.days == GuaranteeDays.EVERY_DAY else str(GuaranteeDays(self.days).label)
-        hours = f"{self.start_time:%H:%M}–{self.end_time:%H:%M}"
-        return f"{GuaranteeDays(self.days).label} {hours}"
+        return guarantee_hours_label(self.days, self.start_time, self.end_time)
+
+
+def guarantee_hours_label(days: str, start, end) -> str:
+    """``always``, or ``Monday to Friday 09:00–18:00`` (business zone), for messages and pages."""
+    if start is None:
+        return str(_("always")) if days == GuaranteeDays.EVERY_DAY else str(GuaranteeDays(days).label)
+    return f"{GuaranteeDays(days).label} {start:%H:%M}–{end:%H:%M}"
