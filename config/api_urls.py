@@ -28,6 +28,7 @@ router.register("money-changes", money_views.MoneyChangeViewSet, basename="money
 urlpatterns = [
     *router.urls,
     path("availability/", booking_views.AvailabilityView.as_view(), name="availability"),
+    path("guarantees/", booking_views.GuaranteeListView.as_view(), name="guarantee-list"),
     path("reports/usage/", UsageReportView.as_view(), name="usage-report"),
     path("boards/daily/", DailyBoardView.as_view(), name="board-daily"),
     path("charge-policy/", money_views.ChargePolicyView.as_view(), name="charge-policy"),

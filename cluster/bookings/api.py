@@ -4,7 +4,7 @@ comes back as its HTTP status with the project's error shape."""
 
 from django.utils.translation import gettext_lazy as _
 from drf_spectacular.utils import OpenApiResponse, extend_schema
-from rest_framework import mixins, permissions, status, viewsets
+from rest_framework import generics, mixins, permissions, status, viewsets
 from rest_framework.exceptions import APIException
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -17,11 +17,12 @@ from cluster.bookings.serializers import (
     BookingEndSerializer,
     BookingFilterSerializer,
     BookingSerializer,
+    GuaranteeSerializer,
     with_holds,
 )
 from cluster.bookings.services import BookingRefused, booking_cancel, booking_create, booking_set_end
 from cluster.jobs.selectors import is_service_token
-from cluster.models import Booking
+from cluster.models import Booking, TeamGuarantee
 from core.api import ApiErrorSerializer, StrictJSONParser
 
 ERRORS = {
@@ -172,3 +173,12 @@ class AvailabilityView(BookingRefusalsAsErrors, APIView):
 
 def _candidate(candidate) -> dict:
     return {"id": candidate.gpu_id, "name": f"{candidate.node_name}/{candidate.index}", "node": candidate.node_name}
+
+
+class GuaranteeListView(generics.ListAPIView):
+    """Every team's guaranteed shares (issue 19), as the booking calendar shows them to anyone signed in:
+    reserved capacity is part of the public occupancy. Managed in the admin site, each change audited."""
+
+    permission_classes = [permissions.IsAuthenticated]
+    serializer_class = GuaranteeSerializer
+    queryset = TeamGuarantee.objects.select_related("team", "gpu_model").order_by("team__slug", "gpu_model__short_name")

@@ -21,7 +21,7 @@ from cluster.bookings.services import booking_limits
 from cluster.bookings.slots import window_problems
 from cluster.choices import GpuStatus
 from cluster.inventory.serializers import InventoryNameFields, find_gpu_model
-from cluster.models import Booking, BookingStatus, Gpu, GpuHold
+from cluster.models import Booking, BookingStatus, Gpu, GpuHold, TeamGuarantee
 from core.api import AwareDateTimeField, JsonText, WindowedModelSerializer
 from teams.models import Project, Team
 
@@ -296,3 +296,17 @@ class AvailabilitySerializer(serializers.Serializer):
     gpus = GpuRefSerializer(many=True, help_text=_("The GPUs a booking by model would take in the slot."))
     free_gpus = GpuRefSerializer(many=True, help_text=_("Every GPU of the model free in the slot."))
     total = serializers.IntegerField(help_text=_("Bookable GPUs of the model on nodes that are up."))
+
+
+class GuaranteeSerializer(serializers.ModelSerializer):
+    """A team's guaranteed share of a GPU model (issue 19), read-only: the admin site manages them."""
+
+    team = serializers.SlugRelatedField(slug_field="slug", read_only=True)
+    gpu_model = serializers.SlugRelatedField(slug_field="short_name", read_only=True)
+    hours = serializers.CharField(source="hours_label", read_only=True,
+                                  help_text=_("When it applies, in the business time zone."))
+
+    class Meta:
+        model = TeamGuarantee
+        fields = ["id", "team", "gpu_model", "gpus", "days", "start_time", "end_time", "hours"]
+        read_only_fields = fields

@@ -204,6 +204,7 @@ TABLE: dict[str, Route] = {
     }),
     "moneychange-list": Route(get=(401, 403, 403, 200, 200)),
     "moneychange-detail": Route(obj="moneychange", get=(401, 403, 403, 200, 200)),
+    "guarantee-list": Route(get=API_READ),
     "availability": Route(get=API_READ, queries=(
         "?model=H200&count=1&start=2026-12-01T08:00:00Z&end=2026-12-01T09:00:00Z",)),
     "usage-report": Route(get=API_READ, queries=(

@@ -197,3 +197,16 @@ def test_the_admin_manages_guarantees_and_each_change_is_audited(client, admin_u
     deleted = AuditEntry.objects.filter(kind=AuditKind.GUARANTEE).order_by("-pk").first()
     assert (deleted.before["gpus"], deleted.after) == (6, None)
     assert AuditEntry.objects.filter(kind=AuditKind.GUARANTEE).count() == 3
+
+
+def test_the_api_lists_guarantees_read_only(api, a100s, engineer_a, team_b):
+    TeamGuarantee.objects.create(team=team_b, gpu_model=a100s, gpus=2, days=GuaranteeDays.WEEKDAYS,
+                                 start_time=time(9), end_time=time(18))
+    assert api.get("/api/v1/guarantees/").status_code == 401
+    answer = api.as_user(engineer_a).get("/api/v1/guarantees/")
+    assert answer.status_code == 200
+    assert answer.json()["results"] == [{
+        "id": TeamGuarantee.objects.get().pk, "team": "beta", "gpu_model": "A100", "gpus": 2, "days": "weekdays",
+        "start_time": "09:00:00", "end_time": "18:00:00", "hours": "Monday to Friday 09:00–18:00",
+    }]
+    assert api.post("/api/v1/guarantees/", {"team": "alpha"}, format="json").status_code == 405
