@@ -317,6 +317,9 @@ CARDHOUR_INPUT_BOUND_MIN_MINUTES = env_int("CARDHOUR_INPUT_BOUND_MIN_MINUTES", 3
 CARDHOUR_INPUT_BOUND_MIN_SHARE_PCT = env_int("CARDHOUR_INPUT_BOUND_MIN_SHARE_PCT", 10, minimum=0)
 CARDHOUR_INPUT_BOUND_MIN_DIPS = env_int("CARDHOUR_INPUT_BOUND_MIN_DIPS", 3, minimum=1)
 CARDHOUR_INPUT_BOUND_MAX_DIP_MINUTES = env_int("CARDHOUR_INPUT_BOUND_MAX_DIP_MINUTES", 10, minimum=1)
+# The rankings read a shown job's minutes on its first GPUs only (by id): a data-parallel job's GPUs wait for the
+# same batch, and a 200-GPU job's every minute cost seconds on the board at 10,000 GPUs.
+CARDHOUR_INPUT_BOUND_SAMPLE_GPUS = env_int("CARDHOUR_INPUT_BOUND_SAMPLE_GPUS", 8, minimum=1)
 
 # Observed usage: processes the agents see become jobs and allocations (cluster/jobs/observed/).
 OBSERVED_SCAN_EVERY_S = env_int("OBSERVED_SCAN_EVERY_S", 60, minimum=1)

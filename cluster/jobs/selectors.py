@@ -204,26 +204,31 @@ def job_minute_utilization(usage: pd.DataFrame, shares: Mapping[int, int]) -> li
 
 def jobs_minute_utilization(job_ids: list[int], start: datetime, end: datetime) -> dict[int, list[float]]:
     """Each job's utilization per measured minute of ``[start, end)`` (%, in time order), as
-    :func:`job_minute_utilization` weighs it, over the GPUs its placed allocations held in those minutes:
-    one query, one row per job (the minutes as an array). It reads every minute rollup of those GPUs in
-    the window, so callers pass the jobs a page shows, not thousands."""
+    :func:`job_minute_utilization` weighs it, over the GPUs its placed allocations held in those minutes
+    (at most ``CARDHOUR_INPUT_BOUND_SAMPLE_GPUS`` of them, the first by id: a data-parallel job's GPUs wait
+    for the same batch): one query, one row per job (the minutes as an array). It reads every minute rollup
+    of those GPUs in the window, so callers pass the jobs a page shows, not thousands."""
     if not job_ids:
         return {}
     sql = f"""
         SELECT job_id, array_agg(util ORDER BY bucket) FROM (
             SELECT a.job_id, m.bucket,
                    sum(m.util_mean * m.util_covered_s * a.share) / sum(m.util_covered_s * a.share) AS util
-            FROM {Allocation._meta.db_table} a
+            FROM (SELECT job_id, gpu_id, share, start, "end",
+                         dense_rank() OVER (PARTITION BY job_id ORDER BY gpu_id) AS nth
+                  FROM {Allocation._meta.db_table}
+                  WHERE job_id = ANY(%(ids)s) AND gpu_id IS NOT NULL) a
             JOIN {MinuteRollup._meta.db_table} m ON m.gpu_id = a.gpu_id
                  AND m.bucket >= date_trunc('minute', a.start) AND m.bucket < coalesce(a."end", %(end)s)
-            WHERE a.job_id = ANY(%(ids)s) AND a.gpu_id IS NOT NULL
+            WHERE a.nth <= %(gpus)s
               AND m.bucket >= %(start)s AND m.bucket < %(end)s
               AND m.util_mean IS NOT NULL AND m.util_covered_s > 0
             GROUP BY a.job_id, m.bucket
         ) minutes GROUP BY job_id
     """  # noqa: S608 (names from model metadata; values are bound)
     with connection.cursor() as cursor:
-        cursor.execute(sql, {"ids": list(job_ids), "start": start, "end": end})
+        cursor.execute(sql, {"ids": list(job_ids), "start": start, "end": end,
+                             "gpus": settings.CARDHOUR_INPUT_BOUND_SAMPLE_GPUS})
         return {job_id: [float(value) for value in values] for job_id, values in cursor.fetchall()}
 
 

@@ -113,3 +113,20 @@ def test_the_ranking_row_shows_the_hint(team_a, small_cluster):
     assert "32 % in dips" in html and "31.7 % of 120 measured minutes in 19 short dips" in html
     row.input_bound = None
     assert "input-bound-badge" not in render_to_string("boards/_idle_row.html", {"row": row, "rank": 1})
+
+
+def test_the_ranking_reads_a_jobs_first_gpus_only(settings, team_a, small_cluster):
+    """The rankings read at most CARDHOUR_INPUT_BOUND_SAMPLE_GPUS of a job's GPUs (the first by id), so a
+    job of hundreds of GPUs costs what one of a node does."""
+    from cluster.jobs.selectors import jobs_minute_utilization
+
+    gpus = sorted(h200_gpus(), key=lambda gpu: gpu.pk)
+    job = make_job(team_a, "wide", start=START, minutes=120, gpus=gpus)
+    rollups(gpus[:2], START, SWINGING)
+    rollups(gpus[2:], START, STEADY)
+    end = START + 120 * MINUTE
+    settings.CARDHOUR_INPUT_BOUND_SAMPLE_GPUS = 2
+    assert jobs_minute_utilization([job.pk], START, end)[job.pk] == SWINGING  # the two swinging GPUs alone
+    settings.CARDHOUR_INPUT_BOUND_SAMPLE_GPUS = 4
+    assert jobs_minute_utilization([job.pk], START, end)[job.pk] == pytest.approx(
+        [(a + b) / 2 for a, b in zip(SWINGING, STEADY, strict=True)])  # all four, weighed alike
