@@ -135,8 +135,9 @@ def run_soak(*, fleets, tokens: dict[str, str], run_dir: Path, base_dir: Path, d
         if web_port is not None:
             wait_for_port(web_port, processes["web"], what=f"the web server (see {run_dir}/web.log)")
         # A node's first collection also reads its inventory and makes its GPUs: slower than the later ones.
-        collected = wait_for_first_collection(len(plan), timeout_s=max(240.0, 10 * collect_every_s, 0.5 * len(plan)),
-                                              processes=processes, run_dir=run_dir, required=False)
+        patience_s = max(240.0, 10 * collect_every_s, 0.5 * len(plan))
+        collected = wait_for_first_collection(len(plan), timeout_s=patience_s, processes=processes, run_dir=run_dir,
+                                              required=False)
         progress(f"{collected:,} of {len(plan):,} nodes collected once; measuring for {minutes:g} min …", flush=True)
         roots = {name: process.pid for name, process in processes.items()} | server_pids()
         before = _snapshot(plan, tokens, roots)
@@ -144,7 +145,7 @@ def run_soak(*, fleets, tokens: dict[str, str], run_dir: Path, base_dir: Path, d
                            run_dir=run_dir, roots=roots, web_port=web_port, session=session,
                            board_every_s=board_every_s)
         after = _snapshot(plan, tokens, roots)
-        stored = stored_once_caught_up(after["produced"], timeout_s=max(240.0, 10 * collect_every_s))
+        stored = stored_once_caught_up(after["produced"], timeout_s=patience_s)
         caught_up = _stored_now()
     finally:
         stop_all(processes)
@@ -239,8 +240,9 @@ def _telemetry_bytes() -> dict[str, int]:
     sizes = {}
     with connection.cursor() as cursor:
         for model in (Sample, MinuteRollup, HourRollup):
-            cursor.execute("SELECT coalesce(sum(pg_total_relation_size(relid)), 0) FROM pg_partition_tree(%s::regclass)",
-                           [model._meta.db_table])
+            # pg_partition_tree lists nothing for a table that is not partitioned: then the table's own size.
+            cursor.execute("SELECT coalesce((SELECT sum(pg_total_relation_size(relid)) FROM pg_partition_tree(%s::regclass)),"
+                           " pg_total_relation_size(%s::regclass))", [model._meta.db_table] * 2)
             sizes[model._meta.db_table] = int(cursor.fetchone()[0])
     return sizes
 
