@@ -96,6 +96,9 @@ class WindowedModelSerializer(serializers.ModelSerializer):
     serializer_field_mapping = {**serializers.ModelSerializer.serializer_field_mapping,
                                 models.DateTimeField: AwareDateTimeField}
 
+DECIMAL_AS_TEXT = _("A decimal is sent as a JSON string, as the API shows it: \"8\" or \"18.50\", not 8 or 18.5.")
+
+
 class JsonText:
     """A serializer mixin: its text fields, and its decimals (strings in the schema), take JSON strings only.
     DRF's ``CharField`` (and its slug, e-mail, URL and regex kin) reads the number 5 as "5", and its
@@ -104,7 +107,8 @@ class JsonText:
 
     def to_internal_value(self, data):
         if isinstance(data, Mapping):
-            wrong = {field.field_name: [serializers.CharField.default_error_messages["invalid"]]
+            wrong = {field.field_name: [DECIMAL_AS_TEXT if isinstance(field, serializers.DecimalField)
+                                        else serializers.CharField.default_error_messages["invalid"]]
                      for field in self._writable_fields
                      if isinstance(field, serializers.CharField | serializers.DecimalField)
                      and data.get(field.field_name) is not None and not isinstance(data[field.field_name], str)}

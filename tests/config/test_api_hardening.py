@@ -182,7 +182,8 @@ def test_a_number_sent_for_a_text_field_or_a_decimal_is_a_400_naming_it(api, adm
     response = client.post(reverse("ratecard-list"), {"gpu_model": "H200", "valid_from": "2026-11-01",
                                                       "price_per_card_hour": 0.1})
     assert response.status_code == 400
-    assert response.json()["price_per_card_hour"] == ["Not a valid string."]
+    assert response.json()["price_per_card_hour"] == [
+        'A decimal is sent as a JSON string, as the API shows it: "8" or "18.50", not 8 or 18.5.']
     response = client.post(reverse("ratecard-list"), {"gpu_model": "H200", "valid_from": "2026-11-01",
                                                       "price_per_card_hour": "0.1"})
     assert response.status_code == 201, response.content

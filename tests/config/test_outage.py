@@ -59,7 +59,8 @@ def assert_outage_page(response, *, language="en"):
     assert response.status_code == 503
     assert response["Retry-After"] == "30"
     assert response["Content-Type"].startswith("text/html")
-    assert "Cardhour cannot reach its database right now." in body
+    message = {"en": "Cardhour cannot reach its database right now.", "zh-hans": "Cardhour 目前无法连接数据库。"}
+    assert message[language] in body  # in the reader's language
     assert f'<html lang="{language}">' in body
     assert "css/cardhour.css" in body  # styled with the site's stylesheet
     assert "Traceback" not in body and "OperationalError" not in body

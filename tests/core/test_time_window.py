@@ -18,7 +18,7 @@ from tests.conftest import T0
 pytestmark = [pytest.mark.django_db, pytest.mark.clock]
 
 WINDOW = "2000-01-01T00:00:00Z … 2100-01-01T00:00:00Z"
-REPRO = {"source": "api", "job_id": "x", "team": "alpha", "user": "alice", "gpu_count": 1, "state": "running",
+REPRO = {"source": "api", "job_id": "x", "team": "alpha", "user": "alice", "gpu_count": "1", "state": "running",
          "start_time": "0001-01-01T00:00:00Z"}
 RFC3339 = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d+)?(Z|[+-]\d{2}:\d{2})$")
 
