@@ -1,7 +1,10 @@
 """The small shared cast: two teams (A and B), a lead and an engineer in each, admin and finance."""
 
 import os
+import threading
+import time
 from datetime import UTC, datetime
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -221,3 +224,32 @@ def small_cluster(db):
                 node=node, index=index, uuid=f"GPU-{node.hostname}-{index}", model=model, memory_mib=model.memory_mib
             )
     return {"h200": h200, "l40s": l40s, "nodes": nodes}
+
+
+class PostCounter(BaseHTTPRequestHandler):
+    """A webhook endpoint that answers 200 and counts the posts it got (after ``delay_s``: a slow receiver
+    keeps the first poster inside its claim)."""
+
+    def do_POST(self):
+        self.rfile.read(int(self.headers["Content-Length"]))
+        time.sleep(self.server.delay_s)
+        with self.server.lock:
+            self.server.posts += 1
+        self.send_response(200)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture
+def receiver():
+    """A real HTTP receiver of webhook posts on a free loopback port: ``.url``, ``.posts``, ``.delay_s``."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), PostCounter)
+    server.posts, server.delay_s, server.lock = 0, 0.0, threading.Lock()
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    server.url = f"http://127.0.0.1:{server.server_address[1]}/hook"
+    yield server
+    server.shutdown()
+    server.server_close()

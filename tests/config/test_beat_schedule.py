@@ -11,7 +11,6 @@ notifications) or a unique mark written before the e-mail (digests, weekly repor
 import threading
 from collections import Counter
 from datetime import date, timedelta
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 import time_machine
@@ -26,30 +25,6 @@ from config.celery import app
 from tests.conftest import T0
 
 MONDAY_MORNING = T0 + timedelta(hours=9)  # Monday 2 November 2026, 09:00 UTC: after the 08:30 digest time
-
-
-class Counter200(BaseHTTPRequestHandler):
-    def do_POST(self):
-        self.rfile.read(int(self.headers["Content-Length"]))
-        with self.server.lock:
-            self.server.posts += 1
-        self.send_response(200)
-        self.send_header("Content-Length", "0")
-        self.end_headers()
-
-    def log_message(self, *args):
-        pass
-
-
-@pytest.fixture
-def receiver():
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Counter200)
-    server.posts, server.lock = 0, threading.Lock()
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    server.url = f"http://127.0.0.1:{server.server_address[1]}/hook"
-    yield server
-    server.shutdown()
-    server.server_close()
 
 
 @pytest.fixture

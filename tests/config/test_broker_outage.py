@@ -5,11 +5,9 @@ after fan-out) leaves its deliveries pending for the sweeper instead of failing 
 The broker is pointed at a closed loopback port (a port bound and let go) for the length of a test."""
 
 import socket
-import threading
 import time
 from contextlib import contextmanager
 from datetime import timedelta
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import kombu.exceptions
 import pytest
@@ -68,29 +66,6 @@ def test_pages_and_the_api_keep_serving(client, api, admin_user, small_cluster):
         created = api.post("/api/v1/nodes/", {"hostname": "n-new", "pool": "train"}, format="json")
         assert created.status_code == 201, created.content
     assert Node.objects.filter(hostname="n-new").exists()
-
-
-class Counter(BaseHTTPRequestHandler):
-    def do_POST(self):
-        self.rfile.read(int(self.headers["Content-Length"]))
-        self.server.posts += 1
-        self.send_response(200)
-        self.send_header("Content-Length", "0")
-        self.end_headers()
-
-    def log_message(self, *args):
-        pass
-
-
-@pytest.fixture
-def receiver():
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Counter)
-    server.posts = 0
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    server.url = f"http://127.0.0.1:{server.server_address[1]}/hook"
-    yield server
-    server.shutdown()
-    server.server_close()
 
 
 @pytest.mark.django_db

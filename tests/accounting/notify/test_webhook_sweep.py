@@ -3,9 +3,7 @@ posted by the sweeper, and never twice: not by two sweeps, nor by the sweeper an
 Posts go to a real HTTP receiver on a free loopback port that counts them."""
 
 import threading
-import time
 from datetime import timedelta
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 from django.db import connection
@@ -18,32 +16,6 @@ from cluster.choices import AlertTier
 from cluster.models import Node
 from cluster.status.services import node_alert_raise
 from tests.conftest import T0
-
-
-class Counter(BaseHTTPRequestHandler):
-    def do_POST(self):
-        self.rfile.read(int(self.headers["Content-Length"]))
-        time.sleep(self.server.delay_s)  # a slow receiver keeps the first poster inside its claim
-        with self.server.lock:
-            self.server.posts += 1
-        self.send_response(200)
-        self.send_header("Content-Length", "0")
-        self.end_headers()
-
-    def log_message(self, *args):
-        pass
-
-
-@pytest.fixture
-def receiver():
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Counter)
-    server.posts, server.delay_s, server.lock = 0, 0.0, threading.Lock()
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    server.url = f"http://127.0.0.1:{server.server_address[1]}/hook"
-    yield server
-    server.shutdown()
-    server.server_close()
 
 
 def critical_alert(at=T0):
