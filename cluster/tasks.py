@@ -17,16 +17,14 @@ log = logging.getLogger(__name__)
 def collect_all() -> int:
     """Beat: fan collection out over node shards on the ``collect`` queue."""
     from cluster.inventory.selectors import collectable_node_ids
+    from cluster.telemetry.selectors import collection_shards
 
     with advisory_lock("cluster.collect_all") as locked:
         if not locked:
             return 0
-        shards = settings.TELEMETRY_COLLECT_SHARDS
         node_ids = collectable_node_ids()
-        for shard in range(shards):
-            ids = [node_id for node_id in node_ids if node_id % shards == shard]
-            if ids:
-                collect_nodes.apply_async(args=[ids], expires=settings.TELEMETRY_COLLECT_EVERY_S)
+        for ids in collection_shards(node_ids, settings.TELEMETRY_COLLECT_SHARDS):
+            collect_nodes.apply_async(args=[ids], expires=settings.TELEMETRY_COLLECT_EVERY_S)
         return len(node_ids)
 
 
