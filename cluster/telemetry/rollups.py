@@ -4,6 +4,7 @@ The values follow ``cluster/telemetry/rollup_math.py`` (the reference; its docst
 are UTC minutes and hours ``[start, start + length)``; a record covers ``[ts - interval_s, ts)``. How
 samples get in and mark their minutes dirty is ``cluster/telemetry/dirty_marks.py``; this module is the
 workers' side: claiming marks, recomputing, the watermark, repairs and retention.
+Long because the claim, the recompute SQL of both levels and retention share their statements here.
 
 Concurrency
 -----------
@@ -64,9 +65,7 @@ WRITTEN_COLUMNS = (*ROLLUP_COLUMNS, *GPM_ROLLUP_COLUMNS)  # what a recompute wri
 # --- Recomputing claimed buckets --------------------------------------------------------------------
 
 # Statement 1 of a batch: claim (delete, locked until commit) up to ``limit`` marks of a level.
-# The batch is picked once, in a materialized CTE: as an IN (subquery) the planner may run the LIMIT ...
-# SKIP LOCKED subquery again per row (a semi-join rescan), and a batch of 40 then claimed every dirty
-# bucket (seen after the tables' statistics changed: 720 of 720).
+# Picked once (a materialized CTE): as IN (subquery) the LIMIT … SKIP LOCKED could rescan and claim all.
 _CLAIM_SQL = f"""
     WITH picked AS MATERIALIZED (
         SELECT q.gpu_id, q.bucket FROM {DIRTY} q
