@@ -44,10 +44,11 @@ def test_it_maps_a_virtual_time_back_to_real_time():
 
 
 def test_it_refuses_a_start_in_the_future_or_a_slow_speed():
+    real = FakeTime(10_000.0)
     with pytest.raises(ValueError):
-        AcceleratedClock(start=time.time() + 60, speed=2)
+        AcceleratedClock(start=10_060.0, speed=2, real=real)
     with pytest.raises(ValueError):
-        AcceleratedClock(start=time.time() - 60, speed=0.5)
+        AcceleratedClock(start=9_940.0, speed=0.5, real=real)
 
 
 def test_it_sleeps_faster_on_an_accelerated_clock():
