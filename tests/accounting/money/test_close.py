@@ -3,6 +3,7 @@ refusals while data is incomplete or unpriced, idempotent and concurrent closes,
 and a reopen whose re-close books reversals and new entries. Every amount checked to the cent."""
 
 import threading
+import time
 from datetime import date, timedelta
 from decimal import Decimal
 
@@ -189,10 +190,6 @@ def test_the_task_closes_a_period_once_and_reports_a_refusal(month):
 def test_the_task_waits_for_a_close_that_holds_the_lock_and_then_closes(month):
     """A redo after a worker killed mid-close can start while PostgreSQL still holds the dead session's
     lock: it must wait for it, not skip (which left the month open until the next run, 6 h later)."""
-    import threading
-
-    from django.db import connection, transaction
-
     from accounting.tasks import close_period as task
     from core.locks import wait_turn
 
@@ -207,14 +204,32 @@ def test_the_task_waits_for_a_close_that_holds_the_lock_and_then_closes(month):
         finally:
             connection.close()
 
+    def release_once_the_task_waits():
+        # Let go only once the task's session is seen waiting for the lock (polled with time.sleep: a
+        # threading.Timer never fires under the moved clock's libfaketime, see .ci/clock).
+        try:
+            with connection.cursor() as cursor:
+                for _ in range(600):
+                    cursor.execute("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted")
+                    if cursor.fetchone()[0]:
+                        waited.set()
+                        break
+                    time.sleep(0.05)
+        finally:
+            release.set()
+            connection.close()
+
+    waited = threading.Event()
     holder = threading.Thread(target=other_session)
     holder.start()
     assert held.wait(timeout=30)
-    threading.Timer(1.0, release.set).start()
+    releaser = threading.Thread(target=release_once_the_task_waits)
+    releaser.start()
     with time_machine.travel(AFTER, tick=False):
         closed = task.apply(args=["2026-11"]).get()
     holder.join(timeout=30)
-    assert release.is_set()  # it ran once the other session let go
+    releaser.join(timeout=30)
+    assert waited.is_set()  # the task waited for the other session's lock instead of skipping
     assert closed["period"] == "2026-11-01" and Statement.objects.get(period=NOVEMBER).pk == closed["statement"]
 
 
