@@ -2,8 +2,9 @@
 the same run where one exists. Runs against a scratch database ``cardhour_bench`` on the embedded
 PostgreSQL (or on DATABASE_URL's server), migrated fresh and dropped afterwards.
 
-    python -m bench [--records N] [--close-gpus 1000,10000] [--only collector,rollup,agent,jobs,bookings,usage,close,boards]
+    python -m bench [--records N] [--close-gpus 1000,10000] [--only collector,rollup,workers,agent,jobs,bookings,usage,close,boards]
 
+``workers`` runs the same collection and rollups in one worker process, then in two (``--workers 1,2``).
 ``boards`` times the daily board at 1,000 GPUs, then at 10,000 (``boards-10k`` alone: the second only).
 """
 
@@ -20,7 +21,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--records", type=int, default=1_000_000, help="records for the collector and rollup runs")
     parser.add_argument("--close-gpus", default="1000,10000",
                         help="comma-separated fleet sizes for the month close (each beside its own GROUP BY)")
-    parser.add_argument("--only", default="collector,rollup,agent,jobs,bookings,usage,close,boards", help="comma-separated subset")
+    parser.add_argument("--workers", default="1,2", help="comma-separated worker process counts for ``workers``")
+    parser.add_argument("--only", default="collector,rollup,workers,agent,jobs,bookings,usage,close,boards", help="comma-separated subset")
     args = parser.parse_args(argv)
     only = set(args.only.split(","))
 
@@ -52,6 +54,11 @@ def main(argv: list[str] | None = None) -> int:
 
         results["rollup"] = bench_rollup(args.records)
         print(f"\nrollup: {results['rollup']}")
+    if "workers" in only:
+        from bench.workers import bench_workers, print_workers
+
+        results["workers"] = r = bench_workers(processes=tuple(int(n) for n in args.workers.split(",")))
+        print_workers(r)
     if "agent" in only:
         from bench.agent import measure_agent
 
