@@ -2,12 +2,14 @@ from django.urls import path
 
 from accounting.money import views as finance_views
 from accounting.notify import views as notification_views
+from accounting.plans import views as plan_views
 from accounting.team_pages import views as team_views
 
 app_name = "accounting"
 urlpatterns = [
     path("teams/", team_views.team_list, name="team-list"),
     path("teams/<slug:slug>/", team_views.team_detail, name="team-detail"),
+    path("teams/<slug:slug>/plan/", plan_views.team_plan_page, name="team-plan"),
     path("finance/", finance_views.finance, name="finance"),
     path("finance/close/", finance_views.finance_close, name="finance-close"),
     path("finance/reopen/", finance_views.finance_reopen, name="finance-reopen"),

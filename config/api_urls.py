@@ -3,6 +3,7 @@ from rest_framework.routers import DefaultRouter
 
 from accounting.money import api as money_views
 from accounting.money import statement_api as statement_views
+from accounting.plans.api import TeamPlanView
 from accounting.usage.api import UsageReportView
 from boards.api import DailyBoardView
 from cluster.bookings import api as booking_views
@@ -26,6 +27,7 @@ router.register("quotas", money_views.QuotaViewSet, basename="quota")
 router.register("money-changes", money_views.MoneyChangeViewSet, basename="moneychange")
 
 urlpatterns = [
+    path("teams/<slug:slug>/plan/", TeamPlanView.as_view(), name="team-plan"),
     *router.urls,
     path("availability/", booking_views.AvailabilityView.as_view(), name="availability"),
     path("guarantees/", booking_views.GuaranteeListView.as_view(), name="guarantee-list"),

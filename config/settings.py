@@ -320,6 +320,10 @@ CARDHOUR_INPUT_BOUND_MAX_DIP_MINUTES = env_int("CARDHOUR_INPUT_BOUND_MAX_DIP_MIN
 # The rankings read a shown job's minutes on its first GPUs only (by id): a data-parallel job's GPUs wait for the
 # same batch, and a 200-GPU job's every minute cost seconds on the board at 10,000 GPUs.
 CARDHOUR_INPUT_BOUND_SAMPLE_GPUS = env_int("CARDHOUR_INPUT_BOUND_SAMPLE_GPUS", 8, minimum=1)
+# Plan against actual (issue 19, accounting/plans/): a job or week whose card-hours differ from its estimate by
+# more than this percentage (over: used > estimate × (1 + pct); under, once finished: < estimate × (1 − pct)) is
+# highlighted on the team's plan page and flagged in its API.
+CARDHOUR_PLAN_DEVIATION_PCT = env_int("CARDHOUR_PLAN_DEVIATION_PCT", 30, minimum=1)
 
 # Observed usage: processes the agents see become jobs and allocations (cluster/jobs/observed/).
 OBSERVED_SCAN_EVERY_S = env_int("OBSERVED_SCAN_EVERY_S", 60, minimum=1)
