@@ -57,10 +57,15 @@ def may_backtest(user) -> bool:
         sees_all_teams(user) or Membership.objects.filter(user=user, role=TeamRole.LEAD).exists())
 
 
+def sees_every_scope(user) -> bool:
+    """Admins and finance, or the command (``user`` None: an operator at the server)."""
+    return user is None or sees_all_teams(user)
+
+
 def backtest_teams(user):
     """The teams ``user`` may backtest (every team for admins and finance; the teams they lead otherwise)."""
     teams = Team.objects.only("id", "name", "slug").order_by("name")
-    if sees_all_teams(user):
+    if sees_every_scope(user):
         return teams
     return teams.filter(memberships__user=user, memberships__role=TeamRole.LEAD).distinct()
 
@@ -130,7 +135,7 @@ class BacktestForm(forms.Form):
         super().__init__(data)
         self.user, self.now = user, now
         self.fields["team"].queryset = backtest_teams(user)
-        pools = list(Node.objects.pools()) if sees_all_teams(user) else []
+        pools = list(Node.objects.pools()) if sees_every_scope(user) else []
         self.fields["pool"].choices = [("", "—"), *((p, p) for p in pools)]
         today = business_today(now=now)
         for name in ("start", "end"):

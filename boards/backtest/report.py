@@ -16,6 +16,7 @@ from fractions import Fraction
 
 import numpy as np
 from django.conf import settings
+from django.utils.translation import gettext
 
 from accounting.money.priced_days import rate_cards
 from accounting.money.pricing import rate_on, round_half_up
@@ -25,6 +26,12 @@ from core.money import MINOR_UNITS
 from core.timeutils import business_day_bounds, business_days
 
 CARD_HOUR_PLACES = 2
+CSV_COLUMNS = [
+    "rule_set", "metric", "up_pct", "down_pct", "group_gpus", "min_gpus", "max_gpus", "cooldown_minutes",
+    "buffer_minutes", "headroom_gpus", "card_hours", "card_hours_saved", "cost_saved", "currency", "mean_gpus",
+    "peak_gpus", "under_provisioned_minutes", "scale_ups", "scale_downs", "scale_events", "jobs_cut",
+    "cut_minutes", "longest_cut_minutes", "bound_minutes",
+]
 
 
 @dataclass(frozen=True)
@@ -130,3 +137,23 @@ def run_backtest(scope: Scope, rules: list[RuleSet], *, now: datetime) -> Backte
         out.append(figures)
     return Backtest(scope=scope, recorded=minutes, actual=actual_figures, rules=out, currency=currency,
                     unpriced_days=unpriced, seconds=time.perf_counter() - started)
+
+
+def csv_row(figures: Figures, currency: str) -> dict:
+    """One column of the side-by-side table as a CSV row (the page's CSV and the command's)."""
+    rule, out = figures.rule, figures.outcome
+    row = {"rule_set": gettext("Actually held") if rule is None else figures.name, "card_hours": figures.card_hours,
+           "card_hours_saved": figures.saved_card_hours, "cost_saved": figures.saved_cost, "currency": currency,
+           "mean_gpus": figures.mean_gpus, "peak_gpus": figures.peak_gpus,
+           "under_provisioned_minutes": out.under_minutes, "scale_ups": out.scale_ups, "scale_downs": out.scale_downs,
+           "scale_events": out.scale_events, "jobs_cut": out.cuts if rule else None, "cut_minutes": out.cut_minutes,
+           "longest_cut_minutes": out.longest_cut_minutes, "bound_minutes": out.bound_minutes if rule else None}
+    if rule is not None:
+        row |= {"metric": rule.metric, "up_pct": rule.up_pct, "down_pct": rule.down_pct, "group_gpus": rule.group,
+                "min_gpus": rule.minimum, "max_gpus": rule.maximum, "cooldown_minutes": rule.cooldown_minutes,
+                "buffer_minutes": rule.buffer_minutes, "headroom_gpus": rule.headroom}
+    return row
+
+
+def csv_rows(report: Backtest) -> list[dict]:
+    return [csv_row(figures, report.currency) for figures in report.columns]

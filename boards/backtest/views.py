@@ -15,15 +15,8 @@ from django.utils.translation import gettext
 from accounting.money.exports import download_response
 from boards.backtest.charts import BacktestText, figures_figure, held_figure
 from boards.backtest.forms import PRESET_RULES, BacktestForm, may_backtest, preset_data
-from boards.backtest.report import Backtest, Figures, run_backtest
+from boards.backtest.report import CSV_COLUMNS, Backtest, csv_rows, run_backtest
 from core.html import json_script
-
-CSV_COLUMNS = [
-    "rule_set", "metric", "up_pct", "down_pct", "group_gpus", "min_gpus", "max_gpus", "cooldown_minutes",
-    "buffer_minutes", "headroom_gpus", "card_hours", "card_hours_saved", "cost_saved", "currency", "mean_gpus",
-    "peak_gpus", "under_provisioned_minutes", "scale_ups", "scale_downs", "scale_events", "jobs_cut",
-    "cut_minutes", "longest_cut_minutes", "bound_minutes",
-]
 
 
 def chart_text() -> BacktestText:
@@ -48,21 +41,6 @@ def _refused(request, form: BacktestForm, *, preset: bool):
     status = 404 if form.scope_missing else 400
     return render(request, "boards/backtest.html", {"form": form, "errors": form.error_list(), "preset": preset,
                                                      "presets": PRESET_RULES}, status=status)
-
-
-def _row(figures: Figures, currency: str) -> dict:
-    rule, out = figures.rule, figures.outcome
-    row = {"rule_set": gettext("Actually held") if rule is None else figures.name, "card_hours": figures.card_hours,
-           "card_hours_saved": figures.saved_card_hours, "cost_saved": figures.saved_cost, "currency": currency,
-           "mean_gpus": figures.mean_gpus, "peak_gpus": figures.peak_gpus,
-           "under_provisioned_minutes": out.under_minutes, "scale_ups": out.scale_ups, "scale_downs": out.scale_downs,
-           "scale_events": out.scale_events, "jobs_cut": out.cuts if rule else None, "cut_minutes": out.cut_minutes,
-           "longest_cut_minutes": out.longest_cut_minutes, "bound_minutes": out.bound_minutes if rule else None}
-    if rule is not None:
-        row |= {"metric": rule.metric, "up_pct": rule.up_pct, "down_pct": rule.down_pct, "group_gpus": rule.group,
-                "min_gpus": rule.minimum, "max_gpus": rule.maximum, "cooldown_minutes": rule.cooldown_minutes,
-                "buffer_minutes": rule.buffer_minutes, "headroom_gpus": rule.headroom}
-    return row
 
 
 def _label(form: BacktestForm) -> str:
@@ -103,6 +81,5 @@ def backtest_csv(request):
     if not form.is_valid():
         return _refused(request, form, preset=preset)
     report = run_backtest(form.scope(), form.rules(), now=form.now)
-    rows = [_row(figures, report.currency) for figures in report.columns]
-    return download_response(CSV_COLUMNS, rows, file_format="csv", filename=f"{_label(form)}.csv",
+    return download_response(CSV_COLUMNS, csv_rows(report), file_format="csv", filename=f"{_label(form)}.csv",
                              sheet_title="backtest")
