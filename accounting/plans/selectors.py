@@ -240,8 +240,10 @@ def _held(spans: list[AllocationSpan], *, now: datetime) -> Fraction:
 def _plan_job(job: Job, spans: list[AllocationSpan], *, now: datetime, pct: int, final: bool) -> PlanJob:
     used = _held(spans, now=now)
     value = rules.ratio(used, job.estimated_card_hours)
-    return PlanJob(job=job, used=used, estimate=job.estimated_card_hours, ratio=value,
-                   deviation=rules.deviation(value, pct=pct, final=final))
+    deviation = rules.deviation(value, pct=pct, final=final)
+    if job.start_time is None:  # queued: nothing used yet is no ratio of 0 %, and no deviation
+        value = None
+    return PlanJob(job=job, used=used, estimate=job.estimated_card_hours, ratio=value, deviation=deviation)
 
 
 def _weeks(team: Team, jobs: list[Job], *, first: date, following: date, now: datetime, pct: int) -> list[PlanWeek]:
