@@ -2,11 +2,21 @@
 cooldown honoured, a bound hit, a rule that flaps and one whose headroom keeps it from cutting jobs), and
 property tests (the GPUs stay within their bounds; loose thresholds never hold fewer GPUs than the demand)."""
 
+import itertools
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from boards.backtest.simulate import MEMORY, UTILIZATION, RuleSet, Series, actual_outcome, metric_pct, simulate
+from boards.backtest.simulate import (
+    MEMORY,
+    UTILIZATION,
+    RuleSet,
+    Series,
+    actual_outcome,
+    metric_pct,
+    simulate,
+)
 
 DAY = 1440
 
@@ -131,14 +141,14 @@ def test_the_gpus_stay_within_the_bounds_and_the_figures_add_up(case):
     out = simulate(series, rule)
     assert len(out.gpus) == len(series)
     assert all(rule.minimum <= g <= rule.maximum for g in out.gpus)
-    steps = [b - a for a, b in zip([min(rule.maximum, max(rule.minimum, series.held[0]))] + out.gpus, out.gpus,
+    steps = [b - a for a, b in zip([min(rule.maximum, max(rule.minimum, series.held[0])), *out.gpus], out.gpus,
                                    strict=False)]
     assert out.scale_ups == sum(s > 0 for s in steps) and out.scale_downs == sum(s < 0 for s in steps)
     assert out.gpu_minutes == sum(out.gpus)
     assert out.under_minutes == sum(series.in_use[t] + series.queued[t] > g for t, g in enumerate(out.gpus))
     assert out.longest_cut_minutes <= out.cut_minutes <= out.under_minutes
     moments = changes(out.gpus)
-    assert all(b - a >= rule.cooldown_minutes for a, b in zip(moments, moments[1:], strict=False))
+    assert all(b - a >= rule.cooldown_minutes for a, b in itertools.pairwise(moments))
 
 
 @given(series_and_rule(loose=True))
