@@ -25,6 +25,7 @@ from core.timeutils import business_today, previous_month
 from demo.bookings import MAINTENANCE_NODE, load_demo_bookings
 from demo.history import RECENT_DAYS, history_window, load_demo_history, part_loaded
 from demo.money import close_last_month, load_demo_money
+from demo.plans import load_demo_plans
 from teams.models import Project, Team
 from teams.roles import ADMIN_GROUP, FINANCE_GROUP, TeamRole
 from teams.services import membership_set, roles_record, stored_roles
@@ -146,6 +147,7 @@ def load_demo(*, agents: dict | None = None, history_days: int | None = None, re
         if older[1] > older[0] and not part_loaded(older=True):
             backfill_started(start=older[0], before=older[1])
         load_demo_money(now=now, history_start=start, history_end=end, close=first == history_days)
+        load_demo_plans(now=now)  # estimates, data readiness, queued and running jobs: the plan pages (issue 19)
     return [DemoLogin(username, group or ", ".join(f"{r} of {t}" for t, r in teams)) for username, _n, group, teams in USERS]
 
 
@@ -157,6 +159,7 @@ def load_demo_older(*, history_days: int | None = None, now: datetime | None = N
     try:
         result = load_demo_history(days=history_days, now=now, older_than=min(history_days, RECENT_DAYS))
         result["money"] = close_last_month(now=now)
+        result["plans"] = load_demo_plans(now=now)  # the older jobs' estimates and data readiness
     finally:
         backfill_done()
     return result
