@@ -3,7 +3,7 @@ from dataclasses import dataclass
 from django.urls import reverse
 from django.utils.translation import gettext_lazy as _
 
-from teams.roles import is_admin, role_labels, sees_all_teams
+from teams.roles import TeamRole, is_admin, role_labels, sees_all_teams
 
 
 @dataclass(frozen=True)
@@ -27,11 +27,16 @@ def navigation(request):
         NavEntry(_("Teams"), reverse("accounting:team-list"), "teams"),
         NavEntry(_("API tokens"), reverse("teams:token-list"), "tokens"),
     ]
+    memberships = list(user.memberships.select_related("team").order_by("team__name"))
+    if sees_all_teams(user) or any(membership.role == TeamRole.LEAD for membership in memberships):
+        # The threshold backtest (issue 19): admins, finance and leads (boards/backtest/forms.py may_backtest).
+        entries.append(NavEntry(_("Backtest"), reverse("boards:backtest"), "backtest"))
     if sees_all_teams(user):
         entries.append(NavEntry(_("Finance"), reverse("accounting:finance"), "finance"))
     if is_admin(user):
         entries.append(NavEntry(_("Admin site"), reverse("admin:index"), "admin"))
-    return {"nav_entries": entries, "nav_roles": role_labels(user), "nav_current": current_entry(request.path, entries)}
+    return {"nav_entries": entries, "nav_roles": role_labels(user, memberships),
+            "nav_current": current_entry(request.path, entries)}
 
 
 def current_entry(path: str, entries: list[NavEntry]) -> str | None:

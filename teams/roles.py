@@ -42,14 +42,17 @@ def sees_all_teams_q() -> models.Q:
     return models.Q(is_superuser=True) | models.Q(groups__name__in=(ADMIN_GROUP, FINANCE_GROUP))
 
 
-def role_labels(user) -> list[str]:
-    """Short labels for the page header, e.g. ['admin'] or ['lead · ml-platform']."""
+def role_labels(user, memberships=None) -> list[str]:
+    """Short labels for the page header, e.g. ['admin'] or ['lead · ml-platform']; ``memberships`` (the
+    user's, with their teams) when the caller has read them already."""
     labels = []
     if is_admin(user):
         labels.append(str(_("admin")))
     if is_finance(user):
         labels.append(str(_("finance")))
     if user.is_authenticated:
-        for membership in user.memberships.select_related("team").order_by("team__name"):
+        if memberships is None:
+            memberships = user.memberships.select_related("team").order_by("team__name")
+        for membership in memberships:
             labels.append(f"{membership.get_role_display()} · {membership.team.name}")
     return labels
