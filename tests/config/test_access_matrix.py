@@ -76,6 +76,9 @@ FINANCE_PAGE = (LOGIN, 403, 403, 200, 200)
 WEEK, MONTH_Q = "?week=2026-11-23", "?month=2026-11"
 USAGE_WINDOW = "?start=2026-11-01T00:00:00Z&end=2026-12-01T00:00:00Z"
 LATER = "2026-12-01T07:00"  # a later end for the seeded bookings (04:00–06:00 UTC)
+# A backtest of the lead's own team (alpha) over November, one rule set (issue 19)
+BACKTEST_Q = ("?team=alpha&gpu_model=H200&start=2026-11-01&end=2026-11-30"
+              "&r1-up=80&r1-down=20&r1-group=1&r1-min=0&r1-max=2&r1-cooldown=0")
 NEW_BOOKING = {"gpu_model": "H200", "count": 1, "start": "2026-12-01T08:00:00Z", "end": "2026-12-01T09:00:00Z"}
 
 TABLE: dict[str, Route] = {
@@ -94,6 +97,9 @@ TABLE: dict[str, Route] = {
                                                   f"{WEEK}&format=csv&table=models")),
     "boards:month": Route(get=SIGNED_IN, queries=("", MONTH_Q, f"{MONTH_Q}&format=csv&table=teams",
                                                    f"{MONTH_Q}&format=csv&table=models")),
+    # the threshold backtest: admins, finance and leads (their own teams); engineers 403 (issue 19)
+    "boards:backtest": Route(get=(LOGIN, 403, 200, 200, 200), queries=("", BACKTEST_Q)),
+    "boards:backtest-csv": Route(get=(LOGIN, 403, 200, 200, 200), queries=("", BACKTEST_Q)),
     # ---- a person's own tokens (pages): another person's token is a 404, for admins too --------------------
     "teams:token-list": Route(get=SIGNED_IN, writes={"POST": Write((LOGIN, 200, 200, 200, 200), {"name": "cli"})}),
     "teams:token-revoke": Route(obj="token", get=(LOGIN, 405, 405, 405, 405), writes={
@@ -118,6 +124,7 @@ TABLE: dict[str, Route] = {
     # ---- team pages --------------------------------------------------------------------------------------
     "accounting:team-list": Route(get=SIGNED_IN),
     "accounting:team-detail": Route(obj="team", get=(LOGIN, *TEAM_SCOPED)),
+    "accounting:team-plan": Route(obj="team", get=(LOGIN, *TEAM_SCOPED), queries=("", "?period=2026-11")),
     "accounting:notifications": Route(get=SIGNED_IN, writes={"POST": Write((LOGIN, 302, 302, 302, 302))}),
     # ---- finance: admin and finance only; the downloads are exports ----------------------------------------
     "accounting:finance": Route(get=FINANCE_PAGE, queries=("", "?period=2026-11"), writes={
@@ -172,6 +179,7 @@ TABLE: dict[str, Route] = {
         "PATCH": Write((*ADMIN_WRITES, 200), {"cost_centre": "CC-X9"}),
         "DELETE": Write((*ADMIN_WRITES, 409)),  # its projects refer to it
     }),
+    "team-plan": Route(obj="team", get=(401, *TEAM_SCOPED), queries=("", "?period=2026-11")),
     "project-list": Route(get=API_READ, writes={"POST": Write((401, 403, 400, 403, 400))}),
     "project-detail": Route(obj="project", get=(401, *TEAM_SCOPED), writes={
         "PUT": Write((401, 403, (400, 404), 403, 400)),
@@ -654,3 +662,17 @@ def test_team_exports_hold_no_row_of_another_team(world, path, roles, own_rows):
         text = export_text(response)
         assert "beta" not in text and "cc-b2" not in text, (path, role)
         assert ("alpha" in text) == own_rows, (path, role)
+
+
+# ---- the backtest's scope: a query parameter, not a path ----------------------------------------------------
+
+@pytest.mark.parametrize("route", ["boards:backtest", "boards:backtest-csv"])
+def test_a_lead_backtesting_another_team_is_answered_as_a_missing_one(world, route):
+    """The backtest takes its team in the query: another team's slug answers the lead exactly as a slug of no
+    team (status and body), and finance reads it."""
+    client = client_for(world, "lead", api=False)
+    other = client.get(reverse(route) + BACKTEST_Q.replace("team=alpha", "team=beta"))
+    missing = client.get(reverse(route) + BACKTEST_Q.replace("team=alpha", "team=no-such-team"))
+    assert other.status_code == missing.status_code == 404
+    assert normalized(other) == normalized(missing)
+    assert client_for(world, "finance", api=False).get(reverse(route) + BACKTEST_Q.replace("team=alpha", "team=beta")).status_code == 200
