@@ -48,8 +48,24 @@ _PLANNED_END = RawSQL(  # noqa: S611 (table and column names only, from the mode
     f' * interval \'1 hour\', "{_JOBS}"."start_time")', (), output_field=DateTimeField())
 
 
+class _Deviates:
+    """What a row with a ``ratio`` (Fraction or None) and a ``deviation`` shows: the ratio in percent, and
+    whether it is highlighted (over or under its estimate beyond the setting)."""
+
+    ratio: Fraction | None
+    deviation: str
+
+    @property
+    def ratio_pct(self) -> Decimal | None:
+        return percent(self.ratio)
+
+    @property
+    def highlighted(self) -> bool:
+        return self.deviation in (rules.OVER, rules.UNDER)
+
+
 @dataclass(frozen=True)
-class PlanJob:
+class PlanJob(_Deviates):
     """A job of the plan: ``used`` card-hours held (so far, for a running one), its ``estimate`` (None: none),
     ``ratio`` = used ÷ estimate (exact; None without an estimate) and its ``deviation``."""
 
@@ -63,17 +79,10 @@ class PlanJob:
     def used_card_hours(self) -> Decimal:
         return card_hours(self.used)
 
-    @property
-    def ratio_pct(self) -> Decimal | None:
-        return percent(self.ratio)
-
-    @property
-    def highlighted(self) -> bool:
-        return self.deviation in (rules.OVER, rules.UNDER)
 
 
 @dataclass(frozen=True)
-class PlanWeek:
+class PlanWeek(_Deviates):
     """A week of the month, days ``[first, following)``: ``planned`` and ``actual`` card-hours (``actual`` None
     for a week that has not begun), their ratio and deviation; ``partial``: it holds today."""
 
@@ -97,13 +106,6 @@ class PlanWeek:
     def actual_card_hours(self) -> Decimal | None:
         return None if self.actual is None else card_hours(self.actual)
 
-    @property
-    def ratio_pct(self) -> Decimal | None:
-        return percent(self.ratio)
-
-    @property
-    def highlighted(self) -> bool:
-        return self.deviation in (rules.OVER, rules.UNDER)
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,7 @@ both charts draw, the table shows the rule sets side by side, and the page reads
 import pytest
 from playwright.sync_api import expect
 
-from tests.browser.conftest import browser, frozen_clock, login  # noqa: F401 (the browser tests' fixtures)
+from tests.boards.backtest.conftest import history  # noqa: F401 (the recorded day, a fixture)
 
 pytestmark = [pytest.mark.browser, pytest.mark.clock]
 QUERY = ("team=alpha&gpu_model=H200&start=2026-10-05&end=2026-10-05"
@@ -14,7 +14,7 @@ QUERY = ("team=alpha&gpu_model=H200&start=2026-10-05&end=2026-10-05"
 
 
 @pytest.fixture
-def page(browser):  # noqa: F811
+def page(browser):
     context = browser.new_context(viewport={"width": 1366, "height": 768})
     context.set_default_timeout(10_000)
     page = context.new_page()
