@@ -1,7 +1,6 @@
 """The agent's clocks: real, and accelerated until it meets real time."""
 
 import threading
-import time
 
 import pytest
 
@@ -51,28 +50,45 @@ def test_it_refuses_a_start_in_the_future_or_a_slow_speed():
         AcceleratedClock(start=9_940.0, speed=0.5, real=real)
 
 
+class FakeStop:
+    """A stop event whose waits move a :class:`FakeTime` on instead of sleeping (``set_after`` waits: told to stop)."""
+
+    def __init__(self, real: FakeTime, *, set_after: int | None = None):
+        self.real, self.set_after, self.waited, self.waits = real, set_after, 0.0, 0
+
+    def is_set(self) -> bool:
+        return self.set_after is not None and self.waits >= self.set_after
+
+    def wait(self, timeout: float) -> bool:
+        self.waits += 1
+        self.waited += timeout
+        self.real.now += timeout
+        return self.is_set()
+
+
 def test_it_sleeps_faster_on_an_accelerated_clock():
-    clock = AcceleratedClock(start=time.time() - 3600, speed=1000)
-    target = clock.now() + 100  # 100 virtual seconds = 0.1 real seconds
-    started = time.monotonic()
-    assert clock.sleep_until(target, threading.Event())
+    real = FakeTime(50_000.0)
+    clock = AcceleratedClock(start=50_000.0 - 4096, speed=1024, real=real)  # times exact in binary floats
+    target = clock.now() + 128  # 128 virtual seconds = 0.125 real seconds
+    stop = FakeStop(real)
+    assert clock.sleep_until(target, stop)
     assert clock.now() >= target
-    assert time.monotonic() - started < 2
+    assert stop.waited == 0.125
 
 
 def test_it_stops_sleeping_when_told():
-    stop = threading.Event()
-    threading.Timer(0.05, stop.set).start()
-    started = time.monotonic()
-    assert not RealClock().sleep_until(time.time() + 30, stop)
-    assert time.monotonic() - started < 5
+    real = FakeTime(50_000.0)
+    stop = FakeStop(real, set_after=1)
+    assert not RealClock(real=real).sleep_until(50_030.0, stop)
+    assert stop.waits == 1 and real.now < 50_030.0
 
 
 def test_it_uses_the_real_clock_when_there_is_nothing_to_accelerate():
-    assert isinstance(make_clock(start=None, speed=1), RealClock)
-    assert isinstance(make_clock(start=time.time() - 60, speed=5), AcceleratedClock)
-    future = make_clock(start=time.time() + 3600, speed=5)  # clamped to now
-    assert future.now() <= time.time()
+    real = FakeTime(50_000.0)
+    assert isinstance(make_clock(start=None, speed=1, real=real), RealClock)
+    assert isinstance(make_clock(start=50_000.0 - 60, speed=5, real=real), AcceleratedClock)
+    future = make_clock(start=50_000.0 + 3600, speed=5, real=real)  # clamped to now
+    assert future.now() <= real.now
 
 
 def test_a_skewed_clock_reads_its_offset_off_the_clock_it_wraps():
