@@ -20,22 +20,21 @@ from django.db.models import Sum
 from django.utils.translation import gettext_lazy as _
 
 from accounting.models import DailyUsage
-from accounting.usage.models import UsageState
+from accounting.usage.states import ALLOCATED_STATES
 from boards.backtest.inputs import Scope
+from boards.backtest.selectors import backtest_teams, sees_every_scope
 from boards.backtest.simulate import FULL_PCT, MEMORY, UTILIZATION, RuleSet
 from cluster.models import GpuModel, Node
 from core.timeutils import business_day_bounds, business_today, month_days, previous_month
 from core.timewindow import WINDOW_START
 from core.widgets import QuickSelect
-from teams.models import Membership, Team
-from teams.roles import TeamRole, sees_all_teams
+from teams.models import Team
 
 MAX_DAYS = 62
 MAX_RULES = 4
 MAX_GPUS = 100_000
 MAX_MINUTES = 7 * 24 * 60
 RULE_KEYS = ("name", "metric", "up", "down", "group", "min", "max", "cooldown", "buffer", "headroom")
-HELD_STATES = (UsageState.BUSY, UsageState.IDLE, UsageState.UNMEASURED)
 
 SCOPE_RULE = _("Choose one scope: a pool or a team, not both.")
 POOL_RULE = _("The “pool” parameter must name a node pool you may backtest.")
@@ -49,25 +48,6 @@ RETENTION_RULE = _("Minute history is kept %(days)s days: the period must begin 
 COUNT_RULE = _("Give one to four rule sets.")
 THRESHOLD_RULE = _("The scale-down threshold must be below the scale-up threshold.")
 BOUNDS_RULE = _("The minimum GPUs must not exceed the maximum.")
-
-
-def may_backtest(user) -> bool:
-    """Admins, finance and the leads of a team (the page's and the command's gate)."""
-    return user.is_authenticated and (
-        sees_all_teams(user) or Membership.objects.filter(user=user, role=TeamRole.LEAD).exists())
-
-
-def sees_every_scope(user) -> bool:
-    """Admins and finance, or the command (``user`` None: an operator at the server)."""
-    return user is None or sees_all_teams(user)
-
-
-def backtest_teams(user):
-    """The teams ``user`` may backtest (every team for admins and finance; the teams they lead otherwise)."""
-    teams = Team.objects.only("id", "name", "slug").order_by("name")
-    if sees_every_scope(user):
-        return teams
-    return teams.filter(memberships__user=user, memberships__role=TeamRole.LEAD).distinct()
 
 
 class RuleForm(forms.Form):
@@ -230,7 +210,7 @@ def preset_data(user, *, now: datetime) -> dict[str, str]:
     first = previous_month(business_today(now=now))
     last = month_days(first)[1] - timedelta(days=1)
     teams = backtest_teams(user)
-    top = (DailyUsage.objects.filter(day__gte=first, day__lte=last, state__in=HELD_STATES, team__in=teams)
+    top = (DailyUsage.objects.filter(day__gte=first, day__lte=last, state__in=ALLOCATED_STATES, team__in=teams)
            .values_list("team__slug", "gpu__model__short_name").annotate(ticks=Sum("ticks")).order_by("-ticks").first())
     if top is None:
         team = teams.first()

@@ -14,8 +14,9 @@ from django.utils.translation import gettext
 
 from accounting.money.exports import download_response
 from boards.backtest.charts import BacktestText, figures_figure, held_figure
-from boards.backtest.forms import PRESET_RULES, BacktestForm, may_backtest, preset_data
+from boards.backtest.forms import PRESET_RULES, BacktestForm, preset_data
 from boards.backtest.report import CSV_COLUMNS, Backtest, csv_rows, run_backtest
+from boards.backtest.selectors import may_backtest
 from core.html import json_script
 
 
