@@ -1,14 +1,19 @@
 """The one path by which samples enter the database: collected pages and imported CSV alike.
 
-Records arrive as JSON lines (one record object per line, the agent's NDJSON page). They are
-``COPY``-ed as text into a session-local staging table, in a ``json`` column (its input only checks the
-syntax: building ``jsonb`` there cost as much again, measured by ``make bench``, issue 18, and every field
-is read once later anyway); then one SQL statement validates each record
+Records arrive as JSON lines (one record object per line, the agent's NDJSON page). A *clean* page
+(every record well typed, in range, of a GPU it may write, in the time window, none stored before: what
+a working agent sends) goes in by ``cluster.telemetry.clean_page``: msgspec checks the lines in C and one
+binary ``COPY`` stores them, half the cost of the statement below (``make bench``, issue 18). Every
+other page, and a clean page that meets a row stored meanwhile, takes this module's SQL statement, which
+alone gives rejection reasons and skips repeats.
+
+There, the lines are ``COPY``-ed as text into a session-local staging table, in a ``json`` column (its
+input only checks the syntax: building ``jsonb`` there cost as much again, measured by ``make bench``,
+and every field is read once later anyway); then one SQL statement validates each record
 (the first failing rule becomes its rejection reason), inserts the good ones into the ``Sample`` table
 with ``ON CONFLICT DO NOTHING`` (a repeated record changes nothing), and marks the minute buckets the
 newly stored records cover dirty for the rollups. No per-record Python runs on this path: PostgreSQL
-parses and checks the JSON in C (Python's own ``json.loads`` alone costs more per record than the
-whole COPY; see ``make bench``).
+parses and checks the JSON in C.
 
 Two forms of the statement share everything but how fields are read:
 
@@ -44,6 +49,7 @@ from agents.records import (
     REQUIRED_FIELDS,
 )
 from cluster.inventory.models import Gpu
+from cluster.telemetry.clean_page import decode_clean_page, store_clean_page
 from cluster.telemetry.dirty_marks import MARK_CONFLICT
 from cluster.telemetry.models import DirtyBucket, Sample
 
@@ -247,15 +253,28 @@ class IngestResult:
 
 def ingest_json_lines(
     blob: bytes, *, node_id: int | None, now: datetime, max_future_s: int, max_age_s: int, need_seq: bool = True,
-    timings: dict[str, float] | None = None,
+    timings: dict[str, float] | None = None, clean_path: bool = True,
 ) -> IngestResult:
     """Validate and store newline-separated JSON records; call inside a transaction.
 
     ``node_id`` limits GPUs to that node's (collection); None accepts any known GPU (import). A line
     that is not JSON raises ``psycopg.DataError`` (the page is malformed: the caller's transaction
-    stores nothing)."""
+    stores nothing). A clean page takes ``cluster.telemetry.clean_page``'s path, any other the SQL
+    statement; ``clean_path=False`` sends every page through the statement (the tests hold the two
+    paths to the same result, the bench times both)."""
     now_s = int(now.timestamp())
     params = {"node_id": node_id, "newest_ts": now_s + max_future_s, "oldest_ts": now_s - max_age_s, "need_seq": need_seq}
+    started = time.perf_counter()
+    records = decode_clean_page(blob) if clean_path else None
+    if timings is not None:
+        timings["decode"] = timings.get("decode", 0.0) + time.perf_counter() - started
+    if records is not None:
+        result = store_clean_page(
+            records, node_id=node_id, oldest_ts=params["oldest_ts"], newest_ts=params["newest_ts"],
+            need_seq=need_seq, timings=timings,
+        )
+        if result is not None:
+            return result
     with connection.cursor() as cursor:
         cursor.execute(STAGING_DDL)
         started = time.perf_counter()
@@ -271,8 +290,8 @@ def ingest_json_lines(
             cursor.execute(CHECKED_INGEST_SQL, params)
             rows = cursor.fetchall()
         if timings is not None:
-            timings["copy"] = timings.get("copy", 0.0) + copied - started
-            timings["validate+upsert"] = timings.get("validate+upsert", 0.0) + time.perf_counter() - copied
+            timings["sql copy"] = timings.get("sql copy", 0.0) + copied - started
+            timings["sql validate+upsert"] = timings.get("sql validate+upsert", 0.0) + time.perf_counter() - copied
     return _result(rows)
 
 

@@ -162,12 +162,20 @@ def test_new_xid_and_ecc_events_are_reported_per_gpu(small_cluster):
     assert result.gpu_errors == {gpu.pk: (3, 1)}
 
 
-def test_the_ingest_is_one_statement_after_the_copy(small_cluster, django_assert_max_num_queries):
+def test_a_clean_page_is_a_few_statements_around_one_copy(small_cluster, django_assert_max_num_queries):
     blob = lines(*(record(ts=T - 600 + 10 * i, seq=i) for i in range(50)))
-    # staging DDL, savepoint, the ingest, release (COPY is not counted): none per record
+    # the page's GPUs, savepoint, release, the dirty marks (COPY is not counted): none per record
     with django_assert_max_num_queries(4):
         result = ingest_json_lines(blob, node_id=None, now=NOW, max_future_s=600, max_age_s=7 * 86400)
     assert result.stored == 50
+
+
+def test_a_page_with_a_rejected_record_is_one_statement_after_the_copy(small_cluster, django_assert_max_num_queries):
+    blob = lines(*(record(ts=T - 600 + 10 * i, seq=i) for i in range(49)), record(ts=T - 100, seq=49, util_gpu=101))
+    # staging DDL, savepoint, the ingest, release (COPY is not counted): none per record
+    with django_assert_max_num_queries(4):
+        result = ingest_json_lines(blob, node_id=None, now=NOW, max_future_s=600, max_age_s=7 * 86400)
+    assert (result.stored, result.rejected) == (49, {"util_gpu: above 100": 1})
 
 
 # --- ingest and the agent's record schema (agents/records.py) agree ---------------------------------
