@@ -73,6 +73,7 @@ class Agent:
             self.spool.close()
             raise ConfigError("listen", f"cannot listen on {config.listen}: {error.strerror}", show_value=False) from None
         self._threads: list[threading.Thread] = []
+        self._serving = False
 
     def _open_spool(self) -> Spool:
         path = self.config.spool_path
@@ -102,13 +103,15 @@ class Agent:
 
     # -- running ------------------------------------------------------------------------------
 
-    def start(self) -> None:
+    def start(self, *, serve: bool = True) -> None:
+        """Start sampling and, with ``serve``, serving in a thread of its own (a fleet serves all its agents'
+        servers from one thread instead: ``agents.http.serve_all``)."""
         name = self.config.hostname
-        self._threads = [
-            threading.Thread(target=self._run_sampler, name=f"sampler-{name}", daemon=True),
-            threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.2},
-                             name=f"http-{name}", daemon=True),
-        ]
+        self._threads = [threading.Thread(target=self._run_sampler, name=f"sampler-{name}", daemon=True)]
+        self._serving = serve
+        if serve:
+            self._threads.append(threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.2},
+                                                  name=f"http-{name}", daemon=True))
         for thread in self._threads:
             thread.start()
         log.info("agent %s (%s backend) listening on %s, spool %s (id %s)", name, self.config.backend,
@@ -127,7 +130,7 @@ class Agent:
     def stop(self, timeout: float = 10.0) -> None:
         """Stop sampling and serving, wait for the sampler's last batch, close the spool."""
         self.stop_event.set()
-        if self._threads:
+        if self._threads and self._serving:
             self.server.shutdown()
         self.server.server_close()
         for thread in self._threads:

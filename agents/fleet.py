@@ -1,7 +1,8 @@
 """``python -m agents fleet``: several simulated agents in one process, for demos and load tests.
 
 Each node is a full agent (sim backend, its own spool, sampler thread and HTTP server) on
-consecutive ports from ``--base-port``.
+consecutive ports from ``--base-port``; one thread waits on every node's socket and hands each request to
+a thread of its node's server (``agents.http.serve_all``).
 
 Nodes and hostnames. ``--models H200:4,H100:2,L40S:2`` gives 4 H200 nodes, then 2 H100, then 2 L40S;
 without counts (``H200,H100,L40S``) the ``--nodes`` are split into groups as even as possible, the
@@ -158,6 +159,7 @@ def sync_token_file(path: Path, plan: list[FleetNode], *, url_host: str, gpus: i
 def run_fleet(args: argparse.Namespace) -> int:
     from agents.agent import Agent, configure_logging, wait_for_signal
     from agents.backends.sim import SimBackend
+    from agents.http import serve_all
 
     try:
         configure_logging(args.log_level if args.log_level in ("debug", "info", "warning", "error") else "info")
@@ -201,12 +203,18 @@ def run_fleet(args: argparse.Namespace) -> int:
             agent.stop()
         print(f"cardhour-agent fleet: {error}", file=sys.stderr)
         return 2
+    # One thread waits on every node's socket (agents.http.serve_all): a thread per node polling its own
+    # costs a core at 1,250 nodes (make soak).
+    server = threading.Thread(target=serve_all, args=([agent.server for agent in running], stop), name="http-fleet",
+                              daemon=True)
+    server.start()
     for agent, node in zip(running, plan, strict=True):
-        agent.start()
+        agent.start(serve=False)
         print(f"{node.hostname}\t{tokens[node.hostname]['url']}\t{node.spec.short_name} x{args.gpus}"
               f"{' (MIG on GPU 0)' if node.mig else ''}{' (maintenance: no workload)' if node.maintenance else ''}",
               flush=True)
     wait_for_signal(stop)
+    server.join(10)
     for agent in running:
         agent.stop()
     return 1 if any(agent.failed for agent in running) else 0

@@ -87,3 +87,34 @@ def test_a_cursor_of_another_spool_acknowledges_nothing(tmp_path):
     assert len(spool.read(0, 10)[0]) == 5
     samples_body(spool, after=3, limit=10, agent_time=1.0, ndjson=True, spool_id=spool.spool_id)
     assert [r["seq"] for r in spool.read(0, 10)[0]] == [4, 5]
+
+
+def test_one_thread_serves_several_agents_and_ends_when_stopped(tmp_path):
+    import threading
+
+    from agents.agent import Agent
+    from agents.config import parse_config
+    from agents.http import serve_all
+    from tests.agents.agent_helpers import TOKEN_SHA256, free_port, get_json
+
+    stop = threading.Event()
+    agents = []
+    for name in ("node-a", "node-b"):
+        config = parse_config({"backend": "sim", "token_sha256": TOKEN_SHA256, "listen": f"127.0.0.1:{free_port()}",
+                               "spool_path": str(tmp_path / f"{name}.sqlite"), "sim": {"gpus": 1}, "hostname": name})
+        agents.append(Agent(config, stop_event=stop))
+    server = threading.Thread(target=serve_all, args=([agent.server for agent in agents], stop), kwargs={"poll_interval": 0.05})
+    server.start()
+    for agent in agents:
+        agent.start(serve=False)
+    try:
+        for agent in agents:
+            status, body = get_json(f"http://127.0.0.1:{agent.server.server_address[1]}/healthz")
+            assert status == 200 and body["spool_id"] == agent.spool.spool_id  # each node answers for itself
+        assert sum(thread.name.startswith("http-") for thread in threading.enumerate()) == 0
+    finally:
+        stop.set()
+        server.join(5)
+        for agent in agents:
+            agent.stop()
+    assert not server.is_alive()
