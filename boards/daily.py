@@ -27,7 +27,7 @@ from boards.hours import (
     utilization_bands,
 )
 from boards.maths import BANDS, CELL_KINDS, GPU_ROWS, band_label, band_shares, heatmap_level, total_bands
-from boards.movers import AlwaysFull, IdlePower, LongIdle, always_full, busy_at_idle_power, long_idle
+from boards.movers import AlwaysFull, IdlePower, LongIdle, always_full_top, busy_at_idle_power, long_idle_top
 from boards.ranking import IdleRow, refined_day, top_idle
 from boards.scope import BoardScope
 from cluster.jobs.kpis import percent
@@ -48,8 +48,10 @@ class DailyBoard:
     timeline: pd.DataFrame | None = None
     ranking: list[IdleRow] | None = None  # all of them, or the first ``ranking_limit``
     ranking_total: int = 0
-    long_idle: list[LongIdle] | None = None
-    always_full: list[AlwaysFull] | None = None
+    long_idle: list[LongIdle] | None = None  # all of them, or the first ``movers_limit``
+    long_idle_total: int = 0
+    always_full: list[AlwaysFull] | None = None  # all of them, or the first ``movers_limit``
+    always_full_total: int = 0
     idle_power: list[IdlePower] | None = None
     refined: Refined | None = None  # shallow busy, memory held, busy at idle power over the board (issue 16)
     bands: dict | None = None
@@ -61,9 +63,11 @@ class DailyBoard:
         return HealthView.of(self.health) if self.health is not None else None
 
 
-def daily_board(scope: BoardScope, *, user, parts: tuple[str, ...] = PARTS, ranking_limit: int | None = None) -> DailyBoard:
+def daily_board(scope: BoardScope, *, user, parts: tuple[str, ...] = PARTS, ranking_limit: int | None = None,
+                movers_limit: int | None = None) -> DailyBoard:
     """The board of ``scope`` as ``user`` may see it, with the ``parts`` asked for; the idle ranking's
-    first ``ranking_limit`` rows only (all: None), with ``ranking_total`` the number in all."""
+    first ``ranking_limit`` rows only (all: None), with ``ranking_total`` the number in all, and as much of
+    the long-idle and always-full lists by ``movers_limit`` (their ``*_total`` the numbers in all)."""
     board = DailyBoard(scope=scope, computed_to=computed_to(scope))
     if "headline" in parts:
         board.headline = headline(scope, user=user)
@@ -78,8 +82,8 @@ def daily_board(scope: BoardScope, *, user, parts: tuple[str, ...] = PARTS, rank
     if "ranking" in parts:
         board.ranking, board.ranking_total = top_idle(scope, user=user, limit=ranking_limit)
     if "movers" in parts:
-        board.long_idle = long_idle(scope, user=user)
-        board.always_full = always_full(scope, user=user, day=day)
+        board.long_idle, board.long_idle_total = long_idle_top(scope, user=user, limit=movers_limit)
+        board.always_full, board.always_full_total = always_full_top(scope, user=user, day=day, limit=movers_limit)
         board.idle_power = busy_at_idle_power(scope, user=user)
     if "ranking" in parts:
         board.refined = refined_day(scope)

@@ -9,8 +9,9 @@ run that reaches the lookback says "at least".
 
 **Always full** is the duty cycle (a kernel was running), not saturation. Candidates are the GPUs whose
 every measured hour of the day has a mean at or over the threshold (necessary for every minute to be),
-from the hour rollups the board's hours already read; only their minute rollups of the day are then read
-to check each measured minute."""
+from the hour rollups the board's hours already read; each measured minute is then checked from the same
+hours' lowest minute (``HourRollup.util_min_minute``, issue 18: a day of 10,000 GPUs' minutes took most of
+the board's second), or from the minute rollups where an hour predates that column."""
 
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ from decimal import Decimal
 import numpy as np
 from django.conf import settings
 from django.db import connection
-from django.db.models import Count, Max, Min, Q, Sum
+from django.db.models import Count, Min, Q, Sum
 
 from accounting.models import DailyHolderUsage, DailyUsage
 from accounting.money.pricing import card_hours
@@ -31,7 +32,7 @@ from boards.hours import HOUR_S, read_day
 from boards.maths import DayOfGpu, idle_since, run_length
 from boards.scope import BoardScope
 from cluster.inventory.holders import booking_label, job_label
-from cluster.models import Gpu, MinuteRollup
+from cluster.models import Gpu, HourRollup, MinuteRollup
 from teams.selectors import visible_team_ids
 
 LOOKBACK_DAYS = 92
@@ -98,13 +99,20 @@ def _resting_sums():
 def long_idle(scope: BoardScope, *, user, min_days: int | None = None) -> list[LongIdle]:
     """GPUs in scope resting for at least ``min_days`` (:setting:`CARDHOUR_LONG_IDLE_DAYS`) days in a row
     up to the day, longest first. Five queries at most."""
+    return long_idle_top(scope, user=user, min_days=min_days)[0]
+
+
+def long_idle_top(scope: BoardScope, *, user, min_days: int | None = None,
+                  limit: int | None = None) -> tuple[list[LongIdle], int]:
+    """:func:`long_idle`'s first ``limit`` rows (all: None) and how many there are in all: the page shows the
+    first (at 10,000 GPUs there are hundreds), the API all; holders are read for the rows shown only."""
     min_days = min_days or settings.CARDHOUR_LONG_IDLE_DAYS
     today = (DailyUsage.objects.filter(scope.gpu_q(), day=scope.day).values_list("gpu_id")
              .annotate(**_resting_sums()).order_by())
     candidates = [gpu for gpu, busy, resting, total in today
                   if busy == 0 and 2 * resting >= total and total > 0]
     if not candidates:
-        return []
+        return [], 0
     first = scope.day - timedelta(days=LOOKBACK_DAYS - 1)
     history: dict[int, dict[date, DayOfGpu]] = defaultdict(dict)
     with connection.cursor() as cursor:  # plain tuples: thousands of GPU-days, no ORM converters per row
@@ -119,36 +127,65 @@ def long_idle(scope: BoardScope, *, user, min_days: int | None = None) -> list[L
         if since is not None and run_length(since, scope.day) >= min_days:
             runs[gpu] = since
     if not runs:
-        return []
+        return [], 0
     info = _gpu_info(runs)
-    holders = holders_on(scope, user, list(runs))
-    out = [LongIdle(gpu_id=gpu, label=info[gpu][0], model=info[gpu][1], since=since,
-                    days=run_length(since, scope.day), at_least=since == first, holders=holders.get(gpu, GpuHolders([], [])))
-           for gpu, since in runs.items()]
-    out.sort(key=lambda row: (-row.days, row.label))
-    return out
+    order = sorted(runs, key=lambda gpu: (-run_length(runs[gpu], scope.day), info[gpu][0]))
+    shown = order if limit is None else order[:limit]
+    holders = holders_on(scope, user, shown)
+    return [LongIdle(gpu_id=gpu, label=info[gpu][0], model=info[gpu][1], since=runs[gpu],
+                     days=run_length(runs[gpu], scope.day), at_least=runs[gpu] == first,
+                     holders=holders.get(gpu, GpuHolders([], [])))
+            for gpu in shown], len(order)
 
 
 def always_full(scope: BoardScope, *, user, threshold: float | None = None, day=None) -> list[AlwaysFull]:
     """GPUs in scope at or above ``threshold`` % (:setting:`CARDHOUR_ALWAYS_FULL_PCT`) in every measured
-    minute of the day (at least one). Candidates come from the hour rollups of ``day``
-    (:func:`boards.hours.read_day`, read here when not given); three queries more at most."""
+    minute of the day (at least one), the most measured minutes first. Candidates come from the hour rollups
+    of ``day`` (:func:`boards.hours.read_day`, read here when not given); four queries more at most."""
+    return always_full_top(scope, user=user, threshold=threshold, day=day)[0]
+
+
+def always_full_top(scope: BoardScope, *, user, threshold: float | None = None, day=None,
+                    limit: int | None = None) -> tuple[list[AlwaysFull], int]:
+    """:func:`always_full`'s first ``limit`` rows (all: None) and how many there are in all (as
+    :func:`long_idle_top`)."""
     threshold = settings.CARDHOUR_ALWAYS_FULL_PCT if threshold is None else threshold
     start, end = scope.bounds
     candidates = full_hours(read_day(scope) if day is None else day, threshold=threshold, start=start, end=end)
     if not candidates:
-        return []
-    minutes = (MinuteRollup.objects.filter(gpu_id__in=candidates, bucket__gte=start, bucket__lt=end, util_covered_s__gt=0)
-               .values_list("gpu_id").annotate(low=Min("util_mean"), n=Count("bucket"), high=Max("util_mean")).order_by())
-    full = {gpu: (low, n) for gpu, low, n, _high in minutes if low is not None and low >= threshold and n > 0}
+        return [], 0
+    full = {gpu: (low, n) for gpu, (low, n) in lowest_minutes(candidates, start, end).items()
+            if low is not None and low >= threshold and n > 0}
     if not full:
-        return []
+        return [], 0
     info = _gpu_info(full)
-    holders = holders_on(scope, user, list(full))
-    out = [AlwaysFull(gpu_id=gpu, label=info[gpu][0], model=info[gpu][1], measured_minutes=n, min_util=low,
-                      holders=holders.get(gpu, GpuHolders([], [])))
-           for gpu, (low, n) in full.items()]
-    out.sort(key=lambda row: (-row.measured_minutes, row.label))
+    order = sorted(full, key=lambda gpu: (-full[gpu][1], info[gpu][0]))
+    shown = order if limit is None else order[:limit]
+    holders = holders_on(scope, user, shown)
+    return [AlwaysFull(gpu_id=gpu, label=info[gpu][0], model=info[gpu][1], measured_minutes=full[gpu][1],
+                       min_util=full[gpu][0], holders=holders.get(gpu, GpuHolders([], [])))
+            for gpu in shown], len(order)
+
+
+def lowest_minutes(gpu_ids: list[int], start, end) -> dict[int, tuple[float | None, int]]:
+    """Each GPU's lowest minute utilization in ``[start, end)`` and its minutes with one. From the hour
+    rollups' ``util_min_minute`` and ``util_minutes`` (one row per GPU-hour) where the day is whole UTC hours
+    and its measured hours carry them; from the minute rollups for the GPUs with an hour rolled up before
+    those columns existed, and for a day that starts inside an hour (a zone off UTC by half an hour)."""
+    whole_hours = start.timestamp() % HOUR_S == 0 and end.timestamp() % HOUR_S == 0
+    out: dict[int, tuple[float | None, int]] = {}
+    if whole_hours:
+        hours = (HourRollup.objects.filter(gpu_id__in=gpu_ids, bucket__gte=start, bucket__lt=end, util_covered_s__gt=0)
+                 .values_list("gpu_id")
+                 .annotate(low=Min("util_min_minute"), n=Sum("util_minutes"),
+                           older=Count("bucket", filter=Q(util_minutes__isnull=True)))
+                 .order_by())
+        out = {gpu: (low, n or 0) for gpu, low, n, older in hours if not older}
+    rest = [gpu for gpu in gpu_ids if gpu not in out]
+    if rest:
+        minutes = (MinuteRollup.objects.filter(gpu_id__in=rest, bucket__gte=start, bucket__lt=end, util_covered_s__gt=0)
+                   .values_list("gpu_id").annotate(low=Min("util_mean"), n=Count("bucket")).order_by())
+        out.update({gpu: (low, n) for gpu, low, n in minutes})
     return out
 
 

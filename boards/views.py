@@ -83,7 +83,7 @@ def daily(request):
     """The daily board: where the day's card-hours went, for every role (scoped by the selectors)."""
     form = _form(request)
     scope = form.scope()
-    board = daily_board(scope, user=request.user, ranking_limit=TOP)
+    board = daily_board(scope, user=request.user, ranking_limit=TOP, movers_limit=TOP)
     flag_input_bound(board.ranking, scope)
     zone = timezone.get_current_timezone()
     text = board_text()

@@ -124,6 +124,11 @@ class HourRollup(RollupFields):
     pk = models.CompositePrimaryKey("gpu", "bucket")
     gpu = models.ForeignKey(Gpu, on_delete=models.PROTECT, db_index=False, related_name="+")
     bucket = models.DateTimeField(_("hour start"))
+    # The hour's lowest minute and how many of its minutes have a utilization: the board's "always full"
+    # (boards/movers.py) reads a day of them, not its 1,440 minutes per GPU. Null in hours rolled up before
+    # they were added (issue 18): the board reads those hours' minutes instead.
+    util_min_minute = models.FloatField(null=True, help_text=_("Lowest mean utilization of a minute with one."))
+    util_minutes = models.SmallIntegerField(null=True, help_text=_("Minutes with a utilization."))
 
     BUCKET_S = 3600
 

@@ -60,6 +60,7 @@ ROLLUP_COLUMNS = (
 # fill positionally (demo/telemetry.py): a row written without them has no GPM means and gpm_covered_s 0.
 GPM_ROLLUP_COLUMNS = (*GPM_MEANS, "gpm_covered_s")
 WRITTEN_COLUMNS = (*ROLLUP_COLUMNS, *GPM_ROLLUP_COLUMNS)  # what a recompute writes
+HOUR_ONLY_COLUMNS = ("util_min_minute", "util_minutes")  # an hour's, from its minutes (HourRollup)
 
 
 # --- Recomputing claimed buckets --------------------------------------------------------------------
@@ -199,7 +200,9 @@ _HOUR_SOURCE = f"""
             sum(util_covered_s) AS util_covered_s,
             {_GPM_HOUR_MEANS}
             sum(gpm_covered_s) AS gpm_covered_s,
-            sum(sample_count) AS sample_count
+            sum(sample_count) AS sample_count,
+            min(util_mean) FILTER (WHERE util_covered_s > 0) AS util_min_minute,
+            count(*) FILTER (WHERE util_covered_s > 0) AS util_minutes
         FROM minutes
         GROUP BY gpu_id, hour
     )"""  # noqa: S608 (only module constants are interpolated)
@@ -237,8 +240,9 @@ _COUNTS = """
 def _process_sql(level: str) -> str:
     """The statement that recomputes the claimed buckets, writes them and (minutes) marks their hours."""
     minute = level == RollupLevel.MINUTE.value
-    columns = ", ".join(WRITTEN_COLUMNS)
-    updates = ", ".join(f"{c} = EXCLUDED.{c}" for c in WRITTEN_COLUMNS[2:])
+    written = WRITTEN_COLUMNS if minute else (*WRITTEN_COLUMNS, *HOUR_ONLY_COLUMNS)
+    columns = ", ".join(written)
+    updates = ", ".join(f"{c} = EXCLUDED.{c}" for c in written[2:])
     table = MINUTES if minute else HOURS
     parts = [_CLAIMED, _MINUTE_SOURCE if minute else _HOUR_SOURCE]
     parts.append(_WRITE.format(table=table, columns=columns, updates=updates))

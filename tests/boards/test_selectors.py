@@ -8,16 +8,18 @@ from datetime import date, timedelta
 from decimal import Decimal
 
 import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 
 from accounting.models import DailyUsage
 from accounting.usage.services import aggregate_day
 from boards.charts import CODES, heatmap_figure, timeline_figure
 from boards.daily import board_json, daily_board
 from boards.hours import SERIES
-from boards.movers import always_full, long_idle
+from boards.movers import always_full, always_full_top, long_idle
 from boards.ranking import idle_ranking, top_idle
 from boards.scope import BoardScope
-from cluster.models import MinuteRollup, NodeStatusPeriod
+from cluster.models import HourRollup, MinuteRollup, NodeStatusPeriod
 from core.units import TICKS_PER_CARD_HOUR
 from tests.accounting.usage.usage_day import GPU, at, job
 from tests.boards.board_day import DAY, NOW, SECRET_JOB, roll_up_hours
@@ -177,6 +179,42 @@ def test_always_full_needs_every_measured_minute(board_day, team_b, admin_user):
     (full,) = always_full(SCOPE, user=admin_user)
     assert (full.label, full.measured_minutes, full.min_util) == ("n2/0", 120, 95.0)
     assert full.holders.teams == ["Team Beta"]
+
+
+def test_always_full_reads_the_hours_lowest_minute_not_the_minutes(board_day, team_b, admin_user):
+    g2 = board_day["g2"]
+    job(team_b, g2, 16, 18, name="b-full")
+    minutes(g2, 16, [97.0] * 60 + [99.0] * 59 + [95.5])
+    refresh()
+    # the rollup worker wrote each hour's lowest minute and its minutes with a utilization
+    hours = HourRollup.objects.filter(gpu=g2, util_covered_s__gt=0).order_by("bucket")
+    assert [(h.util_min_minute, h.util_minutes) for h in hours] == [(97.0, 60), (95.5, 60)]
+    with CaptureQueriesContext(connection) as read:
+        (full,) = always_full(SCOPE, user=admin_user)
+    assert (full.measured_minutes, full.min_util) == (120, 95.5)
+    assert not any(MinuteRollup._meta.db_table in query["sql"] for query in read.captured_queries)
+    # hours rolled up before the columns existed: their GPU's minutes are read, with the same answer
+    hours.filter(bucket__hour=17).update(util_min_minute=None, util_minutes=None)
+    with CaptureQueriesContext(connection) as read:
+        (again,) = always_full(SCOPE, user=admin_user)
+    assert (again.measured_minutes, again.min_util) == (120, 95.5)
+    assert any(MinuteRollup._meta.db_table in query["sql"] for query in read.captured_queries)
+    # the page shows the first rows and says how many there are in all
+    assert always_full_top(SCOPE, user=admin_user, limit=0) == ([], 1)
+    assert always_full_top(SCOPE, user=admin_user, limit=5) == ([again], 1)
+
+
+def test_the_page_says_how_many_movers_it_leaves_out():
+    from django.template.loader import render_to_string
+    from django.utils import translation
+
+    html = render_to_string("boards/_movers_more.html", {"shown": [1, 2], "total": 2, "testid": "x"})
+    assert html.strip() == ""  # all shown: nothing to say
+    html = render_to_string("boards/_movers_more.html", {"shown": [1, 2], "total": 400, "testid": "x"})
+    assert "The first 2 of 400 GPUs" in html
+    with translation.override("zh-hans"):
+        html = render_to_string("boards/_movers_more.html", {"shown": [1, 2], "total": 400, "testid": "x"})
+    assert "400" in html and "The first" not in html
 
 
 def test_the_idle_cost_tile_is_the_sum_of_the_team_table(board_day, admin_user):
