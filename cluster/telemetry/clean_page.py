@@ -31,6 +31,7 @@ from agents.records import FLOAT_RANGES, INT_RANGES, INTERVAL_S_RANGE
 from cluster.inventory.models import Gpu
 from cluster.telemetry.dirty_marks import EPOCH, MARK_CONFLICT
 from cluster.telemetry.models import DirtyBucket, Sample
+from cluster.telemetry.results import IngestResult
 
 SAMPLE = Sample._meta.db_table
 GPU = Gpu._meta.db_table
@@ -119,15 +120,13 @@ class NotClean(Exception):
 def store_clean_page(
     records: list, *, node_id: int | None, oldest_ts: int, newest_ts: int, need_seq: bool,
     timings: dict[str, float] | None = None,
-):
+) -> IngestResult | None:
     """Store the decoded records of a clean page and mark their minutes dirty; call inside a transaction.
 
     Returns the page's ``IngestResult``, or None having written nothing when the page is not clean after
     all (see the module docstring). The rows are checked as they stream into the ``COPY``, in a savepoint:
     a record found not clean there, or a row the primary key finds stored already, ends the ``COPY`` and
     rolls it back."""
-    from cluster.telemetry.ingest import IngestResult
-
     started = time.perf_counter()
     uuids = list({record.gpu_uuid for record in records})
     with connection.cursor() as cursor:

@@ -34,7 +34,6 @@ of each field is :data:`STORED_AS` and :data:`NOT_STORED` here.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
 from datetime import datetime
 
 import psycopg
@@ -52,6 +51,7 @@ from cluster.inventory.models import Gpu
 from cluster.telemetry.clean_page import decode_clean_page, store_clean_page
 from cluster.telemetry.dirty_marks import MARK_CONFLICT
 from cluster.telemetry.models import DirtyBucket, Sample
+from cluster.telemetry.results import IngestResult
 
 SAMPLE = Sample._meta.db_table
 GPU = Gpu._meta.db_table
@@ -231,24 +231,6 @@ TYPED_INGEST_SQL = _ingest_sql(TYPED_CHECKED)
 CHECKED_INGEST_SQL = _ingest_sql(CHECKED_CHECKED)
 # The validation alone, for the benchmark's stage split.
 VALIDATE_ONLY_SQL = f"SELECT reason, count(*) FROM ({TYPED_CHECKED}) c GROUP BY reason"
-
-
-@dataclass
-class IngestResult:
-    """What one page (or import chunk) did: records seen, stored, rejected by reason, and the GPUs
-    that reported new XID / double-bit ECC events."""
-
-    seen: int = 0
-    stored: int = 0
-    rejected: dict[str, int] = field(default_factory=dict)
-    max_seq: int | None = None
-    newest_ts: int | None = None
-    gpu_errors: dict[int, tuple[int, int]] = field(default_factory=dict)
-    rejected_lines: list[tuple[int, str]] = field(default_factory=list)  # records carrying a "line" (imports)
-
-    @property
-    def rejected_total(self) -> int:
-        return sum(self.rejected.values())
 
 
 def ingest_json_lines(
