@@ -78,6 +78,7 @@ from cluster.models import (
     Node,
     NodeStatusPeriod,
 )
+from cluster.telemetry.rollups import HOUR_ONLY_COLUMNS, HOUR_ONLY_SOURCES
 from core.timeutils import business_day_bounds, business_today, month_days
 from core.units import WHOLE_GPU_SHARE
 
@@ -120,12 +121,11 @@ WHERE NOT (k %% 97 = 5 AND hod BETWEEN 2 AND 5)
 _DAY_HOURS = f"""
 INSERT INTO {HOUR_ROLLUP} (gpu_id, bucket, util_mean, util_max, util_mem_mean, mem_used_max_mib, power_mean_w,
                            energy_j, temp_max_c, xid_count, ecc_dbe_count, covered_s, util_covered_s, sample_count,
-                           util_min_minute, util_minutes)
+                           {", ".join(HOUR_ONLY_COLUMNS)})
 SELECT gpu_id, date_bin('1 hour', bucket, timestamptz '2000-01-01 00:00:00+00'),
        sum(util_mean * util_covered_s) / sum(util_covered_s), max(util_max), avg(util_mem_mean),
        max(mem_used_max_mib), avg(power_mean_w), sum(energy_j), max(temp_max_c), sum(xid_count),
-       sum(ecc_dbe_count), sum(covered_s), sum(util_covered_s), sum(sample_count),
-       min(util_mean) FILTER (WHERE util_covered_s > 0), count(*) FILTER (WHERE util_covered_s > 0)
+       sum(ecc_dbe_count), sum(covered_s), sum(util_covered_s), sum(sample_count), {HOUR_ONLY_SOURCES}
 FROM {MINUTE_ROLLUP}
 WHERE gpu_id = ANY(%(gpus)s) AND bucket >= %(start)s AND bucket < %(end)s
 GROUP BY 1, 2

@@ -24,7 +24,7 @@ from django.db import connection
 
 from agents.backends.gpu_models import find_model
 from cluster.models import Gpu, HourRollup, MinuteRollup
-from cluster.telemetry.rollups import EPOCH, HOUR_ONLY_COLUMNS, ROLLUP_COLUMNS
+from cluster.telemetry.rollups import EPOCH, HOUR_ONLY_COLUMNS, HOUR_ONLY_SOURCES, ROLLUP_COLUMNS
 from core.timeutils import business_zone
 from demo.workloads import BATCH, FREE, FULL, IDLE, NOTEBOOK, PRETRAIN, SERVE, TRAIN, Profile
 
@@ -204,8 +204,7 @@ SELECT gpu_id, date_bin('3600 seconds', bucket, {EPOCH}),
     max(mem_used_max_mib),
     sum(power_mean_w * aux_s) / nullif(sum(aux_s) FILTER (WHERE power_mean_w IS NOT NULL), 0),
     sum(energy_j), max(temp_max_c), sum(xid_count), sum(ecc_dbe_count), sum(covered_s), sum(util_covered_s),
-    sum(sample_count), {_GPM_HOURS}, sum(gpm_covered_s),
-    min(util_mean) FILTER (WHERE util_covered_s > 0), count(*) FILTER (WHERE util_covered_s > 0)
+    sum(sample_count), {_GPM_HOURS}, sum(gpm_covered_s), {HOUR_ONLY_SOURCES}
 FROM (SELECT *, CASE WHEN util_covered_s > 0 THEN util_covered_s ELSE covered_s END AS aux_s
       FROM {MINUTE_ROLLUP} WHERE gpu_id = ANY(%(gpu)s) AND bucket >= %(start)s AND bucket < %(end)s) m
 GROUP BY 1, 2

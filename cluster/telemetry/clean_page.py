@@ -29,17 +29,14 @@ from django.db import DatabaseError, connection, transaction
 
 from agents.records import FLOAT_RANGES, INT_RANGES, INTERVAL_S_RANGE
 from cluster.inventory.models import Gpu
-from cluster.telemetry.dirty_marks import EPOCH, MARK_CONFLICT
-from cluster.telemetry.models import DirtyBucket, Sample
-from cluster.telemetry.results import IngestResult
+from cluster.telemetry.dirty_marks import gpu_range_marks_sql
+from cluster.telemetry.models import Sample
+from cluster.telemetry.stored import SAMPLE_COLUMNS, VALUE_COLUMNS, IngestResult, column_type
 
 SAMPLE = Sample._meta.db_table
 GPU = Gpu._meta.db_table
-DIRTY = DirtyBucket._meta.db_table
 
 BIGINT = msgspec.Meta(ge=-(2**63), le=2**63 - 1)
-VALUE_COLUMNS = ("interval_s", *FLOAT_RANGES, *INT_RANGES)  # ingest.VALUE_COLUMNS: a test holds them equal
-SAMPLE_COLUMNS = ("gpu_id", "ts", *VALUE_COLUMNS, "processes")
 
 
 def _record_fields() -> list[tuple]:
@@ -59,7 +56,8 @@ def _record_fields() -> list[tuple]:
     return fields
 
 
-# Fields in SAMPLE_COLUMNS' order after the four leading ones, so a record's tuple slices into its row.
+# Fields in SAMPLE_COLUMNS' order after the four leading ones (the struct is built from the same
+# agents.records tuples), so a record's tuple slices into its row.
 CleanRecord = msgspec.defstruct("CleanRecord", _record_fields(), kw_only=True, gc=False)
 DECODER = msgspec.json.Decoder(CleanRecord)
 _astuple = msgspec.structs.astuple
@@ -70,24 +68,18 @@ _from_timestamp = datetime.fromtimestamp
 _PG_TYPE = {"bigint": "int8", "integer": "int4", "smallint": "int2", "double precision": "float8"}
 COPY_TYPES = (
     "int8", "timestamptz",
-    *(_PG_TYPE[Sample._meta.get_field(name).db_type(connection)] for name in VALUE_COLUMNS),
+    *(_PG_TYPE[column_type(name)] for name in VALUE_COLUMNS),
     "bytea",
 )
 COPY_SQL = f"COPY {SAMPLE} ({', '.join(SAMPLE_COLUMNS)}) FROM STDIN (FORMAT BINARY)"
 JSONB_VERSION = b"\x01"
 XID, ECC = SAMPLE_COLUMNS.index("xid_count"), SAMPLE_COLUMNS.index("ecc_dbe_count")
 
-# The same marks as the SQL path's ``dirty`` part: per GPU, every minute from the first covered second
-# to the last, in (gpu, bucket) order, locking marks that exist (dirty_marks.py).
-MARKS_SQL = f"""
-    INSERT INTO {DIRTY} (level, gpu_id, bucket)
-    SELECT 'minute', r.gpu_id, b
-    FROM unnest(%s::bigint[], %s::bigint[], %s::bigint[]) AS r(gpu_id, first_s, last_s),
-         generate_series(date_bin('1 minute', to_timestamp(r.first_s), {EPOCH}),
-                         date_bin('1 minute', to_timestamp(r.last_s), {EPOCH}), interval '1 minute') AS b
-    ORDER BY 2, 3
-    {MARK_CONFLICT}
-"""  # noqa: S608 (a table name and constants)
+# The same marks as the SQL path's: each GPU's range of new seconds, from three arrays (epoch seconds).
+MARKS_SQL = gpu_range_marks_sql(
+    "(SELECT gpu_id, to_timestamp(first_s) AS first_s, to_timestamp(last_s) AS last_s"
+    " FROM unnest(%s::bigint[], %s::bigint[], %s::bigint[]) AS u(gpu_id, first_s, last_s))"
+)
 
 
 def decode_clean_page(blob: bytes) -> list | None:
@@ -100,21 +92,21 @@ def decode_clean_page(blob: bytes) -> list | None:
     return records if records and len(records) == lines else None
 
 
-def _processes(raw: msgspec.Raw) -> bytes | bool | None:
+class NotClean(Exception):
+    """A record the decoder could not judge (its GPU, time, order or ``processes``) is not clean."""
+
+
+def _processes(raw: msgspec.Raw) -> bytes | None:
     """The stored form of ``processes``: jsonb's binary form of a non-empty list, None for null or an empty
-    list (as the SQL path stores them), False for any other JSON type (not clean)."""
+    list (as the SQL path stores them); any other JSON type is not clean."""
     text = bytes(raw)
     if text == b"null":
         return None
     if text[:1] != b"[":
-        return False
+        raise NotClean("processes")
     if text[1:].lstrip(b" \t\r\n")[:1] == b"]":
         return None
     return JSONB_VERSION + text
-
-
-class NotClean(Exception):
-    """A record the checks of the decoder could not see (its GPU, time, order or ``processes``) is not clean."""
 
 
 def store_clean_page(
@@ -190,10 +182,7 @@ class _Page:
             elif ts - values[4] < first_s[gpu_id]:
                 first_s[gpu_id] = ts - values[4]
             last_ts[gpu_id] = ts
-            processes = _processes(values[-1])
-            if processes is False:
-                raise NotClean("processes")
-            row = (gpu_id, _from_timestamp(ts, UTC), *values[4:-1], processes)
+            row = (gpu_id, _from_timestamp(ts, UTC), *values[4:-1], _processes(values[-1]))
             if row[XID] or row[ECC]:
                 counts = errors.setdefault(gpu_id, [0, 0])
                 counts[0] += row[XID] or 0

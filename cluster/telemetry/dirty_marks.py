@@ -79,6 +79,23 @@ def dirty_marks_sql(relation: str = "ins") -> str:
 DIRTY_FROM_INSERTED_SQL = dirty_marks_sql("ins")
 
 
+def gpu_range_marks_sql(ranges: str) -> str:
+    """An ``INSERT`` marking dirty, per GPU of ``ranges`` (a relation of ``gpu_id, first_s, last_s``, the first
+    and last second its new records cover, timestamptz), every minute from the one holding ``first_s`` to
+    the one holding ``last_s``: one range per GPU instead of a row per record (a gap inside a page only
+    dirties minutes whose recomputation finds nothing). Marks go in (gpu, bucket) order and lock the ones
+    that exist (:data:`MARK_CONFLICT`). The collector's two paths end with it."""
+    return f"""
+        INSERT INTO {DIRTY} (level, gpu_id, bucket)
+        SELECT '{RollupLevel.MINUTE.value}', r.gpu_id, b
+        FROM {ranges} r,
+             generate_series(date_bin('1 minute', r.first_s, {EPOCH}), date_bin('1 minute', r.last_s, {EPOCH}),
+                             interval '1 minute') AS b
+        ORDER BY 2, 3
+        {MARK_CONFLICT}
+    """  # noqa: S608 (a relation from the calling code; values are bound parameters)
+
+
 def insert_samples_marking_dirty(cursor, *, source_sql: str, params=None) -> tuple[int, int]:
     """Insert the rows of ``source_sql`` (columns :data:`SAMPLE_COLUMNS`, in order) that are new and
     mark their minute buckets dirty, in one statement; returns (samples inserted, buckets newly marked)."""

@@ -49,13 +49,12 @@ from agents.records import (
 )
 from cluster.inventory.models import Gpu
 from cluster.telemetry.clean_page import decode_clean_page, store_clean_page
-from cluster.telemetry.dirty_marks import MARK_CONFLICT
-from cluster.telemetry.models import DirtyBucket, Sample
-from cluster.telemetry.results import IngestResult
+from cluster.telemetry.dirty_marks import gpu_range_marks_sql
+from cluster.telemetry.models import Sample
+from cluster.telemetry.stored import SAMPLE_COLUMNS, VALUE_COLUMNS, IngestResult, column_type
 
 SAMPLE = Sample._meta.db_table
 GPU = Gpu._meta.db_table
-DIRTY = DirtyBucket._meta.db_table
 
 # A session-local staging table, emptied before each use (a caller's outer transaction may span pages).
 STAGING_DDL = (
@@ -65,28 +64,23 @@ STAGING_DDL = (
 # characters): each line reaches PostgreSQL untouched, whatever backslashes or quotes it holds.
 COPY_SQL = "COPY sample_staging (rec) FROM STDIN WITH (FORMAT csv, QUOTE e'\\x01', DELIMITER e'\\x02')"
 
-# Where each field of an agent record goes: the Sample column it is stored in, or (NOT_STORED) why not.
-# Every other Sample column is one of these; a test holds this to agents.records and the model.
-VALUE_COLUMNS = ("interval_s", *FLOAT_FIELDS, *INT_FIELDS)  # stored as they come, under their own names
+# Where each field of an agent record goes: the Sample column it is stored in (VALUE_COLUMNS under their own
+# names), or (NOT_STORED) why not. Every other Sample column is one of these; a test holds this to
+# agents.records and the model.
 STORED_AS = {"ts": "ts", "gpu_uuid": "gpu_id", **{name: name for name in VALUE_COLUMNS}, "processes": "processes"}
 NOT_STORED = {"seq": "the collector's cursor: the page's highest seq (IngestResult.max_seq)"}
 # Not an agent field: the importer numbers its records with their CSV line, for its report.
 IMPORT_FIELDS = ("line",)
-SAMPLE_COLUMNS = ("gpu_id", "ts", *VALUE_COLUMNS, "processes")
 
 JSON_TYPE = {int: "number", str: "string"}  # of the required fields
 WHOLE_NUMBERS = tuple(name for name in VALUE_COLUMNS if name in INT_FIELDS or REQUIRED_FIELDS.get(name) is int)
 RANGES = {**FLOAT_RANGES, **INT_RANGES}
 
 
-def _column_type(name: str) -> str:
-    """The SQL type of a Sample column: the typed form reads a value as the column stores it."""
-    return Sample._meta.get_field(name).db_type(connection)
-
-
+# The typed form reads each value as its column stores it.
 TYPED_COLUMNS = (
     "seq bigint, line bigint, ts bigint, gpu_uuid text, "
-    + ", ".join(f"{name} {_column_type(name)}" for name in VALUE_COLUMNS)
+    + ", ".join(f"{name} {column_type(name)}" for name in VALUE_COLUMNS)
     + ", processes jsonb"
 )
 
@@ -178,6 +172,12 @@ CHECKED_CHECKED = f"""
 """
 
 
+_INSERTED_RANGES = """(
+    SELECT gpu_id, min(ts - make_interval(secs => interval_s)) AS first_s, max(ts) - interval '1 second' AS last_s
+    FROM inserted GROUP BY gpu_id
+)"""
+
+
 def _ingest_sql(checked: str) -> str:
     return f"""
 WITH checked AS MATERIALIZED ({checked}),
@@ -189,21 +189,10 @@ inserted AS (
     RETURNING gpu_id, ts, interval_s, xid_count, ecc_dbe_count
 ),
 dirty AS (
-    -- A record covers the seconds [ts - interval_s, ts). Per GPU, every minute from the one holding
-    -- the first covered second to the one holding the last is marked: one range per GPU instead of a
-    -- row per record (a gap inside a page only dirties minutes whose recomputation finds nothing).
-    -- The conflict clause locks an existing mark until commit, so a rollup worker cannot claim it
-    -- and recompute without these rows (cluster/telemetry/dirty_marks.py).
-    INSERT INTO {DIRTY} (level, gpu_id, bucket)
-    SELECT 'minute', r.gpu_id, b
-    FROM (SELECT gpu_id, min(ts - make_interval(secs => interval_s)) AS first_s, max(ts) - interval '1 second' AS last_s
-          FROM inserted GROUP BY gpu_id) r,
-         generate_series(
-             date_bin('1 minute', r.first_s, TIMESTAMPTZ '1970-01-01 00:00:00+00'),
-             date_bin('1 minute', r.last_s, TIMESTAMPTZ '1970-01-01 00:00:00+00'),
-             interval '1 minute') AS b
-    ORDER BY 2, 3
-    {MARK_CONFLICT}
+    -- A record covers the seconds [ts - interval_s, ts): each GPU's range of new seconds is marked. The
+    -- conflict clause locks an existing mark until commit, so a rollup worker cannot claim it and
+    -- recompute without these rows (cluster/telemetry/dirty_marks.py).
+    {gpu_range_marks_sql(_INSERTED_RANGES)}
     RETURNING 1
 ),
 errors AS (
@@ -229,8 +218,6 @@ UNION ALL
 
 TYPED_INGEST_SQL = _ingest_sql(TYPED_CHECKED)
 CHECKED_INGEST_SQL = _ingest_sql(CHECKED_CHECKED)
-# The validation alone, for the benchmark's stage split.
-VALIDATE_ONLY_SQL = f"SELECT reason, count(*) FROM ({TYPED_CHECKED}) c GROUP BY reason"
 
 
 def ingest_json_lines(

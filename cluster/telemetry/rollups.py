@@ -60,7 +60,14 @@ ROLLUP_COLUMNS = (
 # fill positionally (demo/telemetry.py): a row written without them has no GPM means and gpm_covered_s 0.
 GPM_ROLLUP_COLUMNS = (*GPM_MEANS, "gpm_covered_s")
 WRITTEN_COLUMNS = (*ROLLUP_COLUMNS, *GPM_ROLLUP_COLUMNS)  # what a recompute writes
-HOUR_ONLY_COLUMNS = ("util_min_minute", "util_minutes")  # an hour's, from its minutes (HourRollup)
+# An hour's own columns (HourRollup), each from its minutes: the lowest minute with a utilization, and how
+# many have one. The demo's history and the bench fill them with the same expressions.
+HOUR_ONLY = {
+    "util_min_minute": "min(util_mean) FILTER (WHERE util_covered_s > 0)",
+    "util_minutes": "count(*) FILTER (WHERE util_covered_s > 0)",
+}
+HOUR_ONLY_COLUMNS = tuple(HOUR_ONLY)
+HOUR_ONLY_SOURCES = ", ".join(HOUR_ONLY.values())
 
 
 # --- Recomputing claimed buckets --------------------------------------------------------------------
@@ -201,8 +208,7 @@ _HOUR_SOURCE = f"""
             {_GPM_HOUR_MEANS}
             sum(gpm_covered_s) AS gpm_covered_s,
             sum(sample_count) AS sample_count,
-            min(util_mean) FILTER (WHERE util_covered_s > 0) AS util_min_minute,
-            count(*) FILTER (WHERE util_covered_s > 0) AS util_minutes
+            {", ".join(f"{source} AS {column}" for column, source in HOUR_ONLY.items())}
         FROM minutes
         GROUP BY gpu_id, hour
     )"""  # noqa: S608 (only module constants are interpolated)

@@ -14,7 +14,6 @@ from agents.records import FLOAT_RANGES, INT_RANGES
 from cluster.models import DirtyBucket, Sample
 from cluster.telemetry import clean_page
 from cluster.telemetry.clean_page import COPY_TYPES, SAMPLE_COLUMNS, decode_clean_page
-from cluster.telemetry.ingest import SAMPLE_COLUMNS as INGEST_COLUMNS
 from cluster.telemetry.ingest import ingest_json_lines
 
 pytestmark = pytest.mark.django_db
@@ -58,9 +57,12 @@ def assert_same_either_way(blob: bytes, **kwargs):
     return clean
 
 
-def test_the_copy_writes_the_sample_columns_the_statement_writes():
-    assert SAMPLE_COLUMNS == INGEST_COLUMNS
-    assert len(COPY_TYPES) == len(SAMPLE_COLUMNS)
+def test_the_copy_sends_each_sample_column_as_its_type():
+    model = {f.column: f.db_type(connection) for f in Sample._meta.concrete_fields}
+    assert set(SAMPLE_COLUMNS) == set(model)  # every column, once
+    sent = {"int8": "bigint", "int4": "integer", "int2": "smallint", "float8": "double precision",
+            "timestamptz": "timestamp with time zone", "bytea": "jsonb"}  # jsonb goes as its binary form
+    assert [sent[t] for t in COPY_TYPES] == [model[c] for c in SAMPLE_COLUMNS]
 
 
 def test_a_clean_page_stores_what_the_statement_stores(small_cluster):
